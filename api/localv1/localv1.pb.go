@@ -680,6 +680,69 @@ func (x *Endpoint) GetInLocalSet() bool {
 	return false
 }
 
+// NodeState is a node's complete view at one revision, as `to-file` writes it.
+type NodeState struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	NodeName string                 `protobuf:"bytes,1,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	// Moves only when the view's content changes.
+	Revision uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Sorted by (namespace, name, family).
+	Services      []*ServiceEndpoints `protobuf:"bytes,3,rep,name=services,proto3" json:"services,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeState) Reset() {
+	*x = NodeState{}
+	mi := &file_api_localv1_localv1_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeState) ProtoMessage() {}
+
+func (x *NodeState) ProtoReflect() protoreflect.Message {
+	mi := &file_api_localv1_localv1_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeState.ProtoReflect.Descriptor instead.
+func (*NodeState) Descriptor() ([]byte, []int) {
+	return file_api_localv1_localv1_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *NodeState) GetNodeName() string {
+	if x != nil {
+		return x.NodeName
+	}
+	return ""
+}
+
+func (x *NodeState) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *NodeState) GetServices() []*ServiceEndpoints {
+	if x != nil {
+		return x.Services
+	}
+	return nil
+}
+
 var File_api_localv1_localv1_proto protoreflect.FileDescriptor
 
 const file_api_localv1_localv1_proto_rawDesc = "" +
@@ -728,7 +791,11 @@ const file_api_localv1_localv1_proto_rawDesc = "" +
 	"onThisNode\x12$\n" +
 	"\x0ein_cluster_set\x18\v \x01(\bR\finClusterSet\x12 \n" +
 	"\fin_local_set\x18\f \x01(\bR\n" +
-	"inLocalSet*9\n" +
+	"inLocalSet\"\x80\x01\n" +
+	"\tNodeState\x12\x1b\n" +
+	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12:\n" +
+	"\bservices\x18\x03 \x03(\v2\x1e.kpng.localv1.ServiceEndpointsR\bservices*9\n" +
 	"\bIPFamily\x12\x19\n" +
 	"\x15IP_FAMILY_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04IPV4\x10\x01\x12\b\n" +
@@ -761,7 +828,7 @@ func file_api_localv1_localv1_proto_rawDescGZIP() []byte {
 }
 
 var file_api_localv1_localv1_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_api_localv1_localv1_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_api_localv1_localv1_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_api_localv1_localv1_proto_goTypes = []any{
 	(IPFamily)(0),            // 0: kpng.localv1.IPFamily
 	(Protocol)(0),            // 1: kpng.localv1.Protocol
@@ -771,22 +838,24 @@ var file_api_localv1_localv1_proto_goTypes = []any{
 	(*Service)(nil),          // 5: kpng.localv1.Service
 	(*ServicePort)(nil),      // 6: kpng.localv1.ServicePort
 	(*Endpoint)(nil),         // 7: kpng.localv1.Endpoint
+	(*NodeState)(nil),        // 8: kpng.localv1.NodeState
 }
 var file_api_localv1_localv1_proto_depIdxs = []int32{
-	5, // 0: kpng.localv1.ServiceEndpoints.service:type_name -> kpng.localv1.Service
-	7, // 1: kpng.localv1.ServiceEndpoints.endpoints:type_name -> kpng.localv1.Endpoint
-	0, // 2: kpng.localv1.Service.family:type_name -> kpng.localv1.IPFamily
-	2, // 3: kpng.localv1.Service.type:type_name -> kpng.localv1.ServiceType
-	6, // 4: kpng.localv1.Service.ports:type_name -> kpng.localv1.ServicePort
-	3, // 5: kpng.localv1.Service.internal_traffic_policy:type_name -> kpng.localv1.TrafficPolicy
-	3, // 6: kpng.localv1.Service.external_traffic_policy:type_name -> kpng.localv1.TrafficPolicy
-	1, // 7: kpng.localv1.ServicePort.protocol:type_name -> kpng.localv1.Protocol
-	1, // 8: kpng.localv1.Endpoint.protocol:type_name -> kpng.localv1.Protocol
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	5,  // 0: kpng.localv1.ServiceEndpoints.service:type_name -> kpng.localv1.Service
+	7,  // 1: kpng.localv1.ServiceEndpoints.endpoints:type_name -> kpng.localv1.Endpoint
+	0,  // 2: kpng.localv1.Service.family:type_name -> kpng.localv1.IPFamily
+	2,  // 3: kpng.localv1.Service.type:type_name -> kpng.localv1.ServiceType
+	6,  // 4: kpng.localv1.Service.ports:type_name -> kpng.localv1.ServicePort
+	3,  // 5: kpng.localv1.Service.internal_traffic_policy:type_name -> kpng.localv1.TrafficPolicy
+	3,  // 6: kpng.localv1.Service.external_traffic_policy:type_name -> kpng.localv1.TrafficPolicy
+	1,  // 7: kpng.localv1.ServicePort.protocol:type_name -> kpng.localv1.Protocol
+	1,  // 8: kpng.localv1.Endpoint.protocol:type_name -> kpng.localv1.Protocol
+	4,  // 9: kpng.localv1.NodeState.services:type_name -> kpng.localv1.ServiceEndpoints
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_api_localv1_localv1_proto_init() }
@@ -800,7 +869,7 @@ func file_api_localv1_localv1_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_localv1_localv1_proto_rawDesc), len(file_api_localv1_localv1_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

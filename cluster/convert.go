@@ -1,0 +1,425 @@
+package cluster
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+
+	"github.com/kpng/kpng/api/globalv1"
+)
+
+// Labels and annotations that proxying reads.
+const (
+	LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
+	LabelHeadless         = "service.kubernetes.io/headless"
+	LabelServiceName      = "kubernetes.io/service-name"
+	LabelTopologyZone     = "topology.kubernetes.io/zone"
+	AnnotationTriggerTime = "endpoints.kubernetes.io/last-change-trigger-time"
+
+	// defaultAffinitySeconds is the API server's default ClientIP affinity
+	// timeout, used when a Service (typically hand-written) omits it.
+	defaultAffinitySeconds = 10800
+	maxAffinitySeconds     = 86400
+)
+
+// Warnings collects the problems found while converting an object that did
+// not stop the conversion: the offending field was dropped and the rest kept.
+type Warnings []string
+
+func (w *Warnings) add(format string, args ...any) {
+	*w = append(*w, fmt.Sprintf(format, args...))
+}
+
+// ServiceFromK8s converts a v1 Service into the cluster model, applying the
+// API server's defaults where a hand-written object leaves fields out. An
+// error means the object cannot be used at all; warnings name fields that
+// were invalid and dropped.
+func ServiceFromK8s(in *corev1.Service) (*globalv1.Service, Warnings, error) {
+	if in == nil {
+		return nil, nil, fmt.Errorf("service: nil object")
+	}
+	if in.Name == "" {
+		return nil, nil, fmt.Errorf("service: metadata.name is empty")
+	}
+	var warn Warnings
+	out := &globalv1.Service{
+		Namespace: in.Namespace,
+		Name:      in.Name,
+	}
+	switch in.Spec.Type {
+	case "", corev1.ServiceTypeClusterIP:
+		out.Type = globalv1.ServiceType_CLUSTER_IP
+	case corev1.ServiceTypeNodePort:
+		out.Type = globalv1.ServiceType_NODE_PORT
+	case corev1.ServiceTypeLoadBalancer:
+		out.Type = globalv1.ServiceType_LOAD_BALANCER
+	case corev1.ServiceTypeExternalName:
+		out.Type = globalv1.ServiceType_EXTERNAL_NAME
+	default:
+		return nil, nil, fmt.Errorf("service %s/%s: spec.type: unknown type %q", in.Namespace, in.Name, in.Spec.Type)
+	}
+
+	clusterIPs := in.Spec.ClusterIPs
+	if len(clusterIPs) == 0 && in.Spec.ClusterIP != "" {
+		clusterIPs = []string{in.Spec.ClusterIP}
+	}
+	for i, ip := range clusterIPs {
+		if ip == corev1.ClusterIPNone {
+			if i != 0 {
+				return nil, nil, fmt.Errorf("service %s/%s: spec.clusterIPs[%d]: %q is only valid alone", in.Namespace, in.Name, i, ip)
+			}
+			out.ClusterIps = append(out.ClusterIps, ip)
+			continue
+		}
+		addr, err := parseIP(ip)
+		if err != nil {
+			return nil, nil, fmt.Errorf("service %s/%s: spec.clusterIPs[%d]: %w", in.Namespace, in.Name, i, err)
+		}
+		out.ClusterIps = append(out.ClusterIps, addr)
+	}
+
+	for i, ip := range in.Spec.ExternalIPs {
+		addr, err := parseIP(ip)
+		if err != nil {
+			warn.add("service %s/%s: spec.externalIPs[%d] dropped: %v", in.Namespace, in.Name, i, err)
+			continue
+		}
+		out.ExternalIps = append(out.ExternalIps, addr)
+	}
+	for i, ing := range in.Status.LoadBalancer.Ingress {
+		if ing.IP == "" {
+			continue // hostname-only ingress: nothing to capture
+		}
+		addr, err := parseIP(ing.IP)
+		if err != nil {
+			warn.add("service %s/%s: status.loadBalancer.ingress[%d].ip dropped: %v", in.Namespace, in.Name, i, err)
+			continue
+		}
+		out.LoadBalancerIngress = append(out.LoadBalancerIngress, &globalv1.LoadBalancerIngress{
+			Ip:          addr,
+			IpModeProxy: ing.IPMode != nil && *ing.IPMode == corev1.LoadBalancerIPModeProxy,
+		})
+	}
+	for i, r := range in.Spec.LoadBalancerSourceRanges {
+		prefix, err := netip.ParsePrefix(strings.TrimSpace(r))
+		if err != nil {
+			warn.add("service %s/%s: spec.loadBalancerSourceRanges[%d] dropped: invalid CIDR %q", in.Namespace, in.Name, i, r)
+			continue
+		}
+		out.LoadBalancerSourceRanges = append(out.LoadBalancerSourceRanges, prefix.Masked().String())
+	}
+
+	for i := range in.Spec.Ports {
+		p, err := servicePortFromK8s(&in.Spec.Ports[i])
+		if err != nil {
+			warn.add("service %s/%s: spec.ports[%d] dropped: %v", in.Namespace, in.Name, i, err)
+			continue
+		}
+		out.Ports = append(out.Ports, p)
+	}
+
+	if in.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
+		out.ClientIpAffinitySeconds = defaultAffinitySeconds
+		if c := in.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+			t := *c.ClientIP.TimeoutSeconds
+			if t <= 0 || t > maxAffinitySeconds {
+				warn.add("service %s/%s: spec.sessionAffinityConfig.clientIP.timeoutSeconds %d out of range 1-%d, using %d",
+					in.Namespace, in.Name, t, maxAffinitySeconds, defaultAffinitySeconds)
+			} else {
+				out.ClientIpAffinitySeconds = t
+			}
+		}
+	} else if in.Spec.SessionAffinity != "" && in.Spec.SessionAffinity != corev1.ServiceAffinityNone {
+		warn.add("service %s/%s: spec.sessionAffinity %q unknown, using None", in.Namespace, in.Name, in.Spec.SessionAffinity)
+	}
+
+	out.ExternalTrafficPolicy = trafficPolicy(string(in.Spec.ExternalTrafficPolicy), "spec.externalTrafficPolicy", in, &warn)
+	if in.Spec.InternalTrafficPolicy != nil {
+		out.InternalTrafficPolicy = trafficPolicy(string(*in.Spec.InternalTrafficPolicy), "spec.internalTrafficPolicy", in, &warn)
+	}
+	if hc := in.Spec.HealthCheckNodePort; hc != 0 {
+		if hc < 0 || hc > 65535 {
+			warn.add("service %s/%s: spec.healthCheckNodePort %d dropped: out of range", in.Namespace, in.Name, hc)
+		} else {
+			out.HealthCheckNodePort = hc
+		}
+	}
+	if v, ok := in.Labels[LabelServiceProxyName]; ok {
+		out.ServiceProxyName = &v
+	}
+	_, out.HeadlessLabel = in.Labels[LabelHeadless]
+	return out, warn, nil
+}
+
+func trafficPolicy(v, field string, svc *corev1.Service, warn *Warnings) globalv1.TrafficPolicy {
+	switch v {
+	case "":
+		return globalv1.TrafficPolicy_TRAFFIC_POLICY_UNSPECIFIED
+	case "Cluster":
+		return globalv1.TrafficPolicy_CLUSTER
+	case "Local":
+		return globalv1.TrafficPolicy_LOCAL
+	}
+	warn.add("service %s/%s: %s %q unknown, using Cluster", svc.Namespace, svc.Name, field, v)
+	return globalv1.TrafficPolicy_CLUSTER
+}
+
+func servicePortFromK8s(p *corev1.ServicePort) (*globalv1.ServicePort, error) {
+	proto, err := protocol(p.Protocol)
+	if err != nil {
+		return nil, err
+	}
+	if p.Port < 1 || p.Port > 65535 {
+		return nil, fmt.Errorf("port %d out of range 1-65535", p.Port)
+	}
+	if p.NodePort < 0 || p.NodePort > 65535 {
+		return nil, fmt.Errorf("nodePort %d out of range", p.NodePort)
+	}
+	out := &globalv1.ServicePort{
+		Name:     p.Name,
+		Protocol: proto,
+		Port:     p.Port,
+		NodePort: p.NodePort,
+	}
+	if p.TargetPort.StrVal != "" {
+		out.TargetPortName = p.TargetPort.StrVal
+	} else {
+		tp := p.TargetPort.IntVal
+		if tp < 0 || tp > 65535 {
+			return nil, fmt.Errorf("targetPort %d out of range", tp)
+		}
+		if tp == 0 {
+			tp = p.Port // the API server's default
+		}
+		out.TargetPort = tp
+	}
+	return out, nil
+}
+
+func protocol(p corev1.Protocol) (globalv1.Protocol, error) {
+	switch p {
+	case "", corev1.ProtocolTCP:
+		return globalv1.Protocol_TCP, nil
+	case corev1.ProtocolUDP:
+		return globalv1.Protocol_UDP, nil
+	case corev1.ProtocolSCTP:
+		return globalv1.Protocol_SCTP, nil
+	}
+	return 0, fmt.Errorf("unknown protocol %q", p)
+}
+
+// parseIP returns the canonical form of an IP address. Like kube-proxy, it
+// accepts the legacy forms with leading zeros in IPv4 octets.
+func parseIP(s string) (string, error) {
+	addr, err := netip.ParseAddr(s)
+	if err != nil {
+		addr, err = parseSloppyIPv4(s)
+		if err != nil {
+			return "", fmt.Errorf("invalid IP address %q", s)
+		}
+	}
+	if addr.Zone() != "" {
+		return "", fmt.Errorf("invalid IP address %q: zones are not allowed", s)
+	}
+	return addr.Unmap().String(), nil
+}
+
+// parseSloppyIPv4 reads "010.001.002.003" as 10.1.2.3, the way the API
+// server validated (and so may still store) addresses before Kubernetes 1.20.
+func parseSloppyIPv4(s string) (netip.Addr, error) {
+	parts := strings.Split(s, ".")
+	if len(parts) != 4 {
+		return netip.Addr{}, fmt.Errorf("not an IPv4 address")
+	}
+	var b [4]byte
+	for i, p := range parts {
+		if p == "" || len(p) > 3 {
+			return netip.Addr{}, fmt.Errorf("not an IPv4 address")
+		}
+		n := 0
+		for _, c := range p {
+			if c < '0' || c > '9' {
+				return netip.Addr{}, fmt.Errorf("not an IPv4 address")
+			}
+			n = n*10 + int(c-'0')
+		}
+		if n > 255 {
+			return netip.Addr{}, fmt.Errorf("not an IPv4 address")
+		}
+		b[i] = byte(n)
+	}
+	return netip.AddrFrom4(b), nil
+}
+
+// EndpointSliceFromK8s converts a discovery/v1 EndpointSlice into the
+// cluster model. Endpoints with an address that does not parse or does not
+// match the slice's address type are dropped with a warning.
+func EndpointSliceFromK8s(in *discoveryv1.EndpointSlice) (*globalv1.EndpointSlice, Warnings, error) {
+	if in == nil {
+		return nil, nil, fmt.Errorf("endpointslice: nil object")
+	}
+	if in.Name == "" {
+		return nil, nil, fmt.Errorf("endpointslice: metadata.name is empty")
+	}
+	svcName := in.Labels[LabelServiceName]
+	if svcName == "" {
+		return nil, nil, fmt.Errorf("endpointslice %s/%s: no %s label: it belongs to no service", in.Namespace, in.Name, LabelServiceName)
+	}
+	var warn Warnings
+	out := &globalv1.EndpointSlice{
+		Namespace:   in.Namespace,
+		Name:        in.Name,
+		ServiceName: svcName,
+	}
+	switch in.AddressType {
+	case discoveryv1.AddressTypeIPv4:
+		out.AddressType = globalv1.AddressType_IPV4
+	case discoveryv1.AddressTypeIPv6:
+		out.AddressType = globalv1.AddressType_IPV6
+	case discoveryv1.AddressTypeFQDN:
+		out.AddressType = globalv1.AddressType_FQDN
+	default:
+		return nil, nil, fmt.Errorf("endpointslice %s/%s: addressType: unknown type %q", in.Namespace, in.Name, in.AddressType)
+	}
+	_, out.HeadlessLabel = in.Labels[LabelHeadless]
+	if t, ok := in.Annotations[AnnotationTriggerTime]; ok {
+		ts, err := time.Parse(time.RFC3339Nano, t)
+		if err != nil {
+			warn.add("endpointslice %s/%s: annotation %s ignored: %v", in.Namespace, in.Name, AnnotationTriggerTime, err)
+		} else {
+			out.TriggerTimeUnixNano = ts.UnixNano()
+		}
+	}
+
+	for i, p := range in.Ports {
+		ep := &globalv1.EndpointPort{Name: p.Name}
+		proto := corev1.ProtocolTCP
+		if p.Protocol != nil {
+			proto = *p.Protocol
+		}
+		var err error
+		if ep.Protocol, err = protocol(proto); err != nil {
+			warn.add("endpointslice %s/%s: ports[%d] dropped: %v", in.Namespace, in.Name, i, err)
+			continue
+		}
+		if p.Port != nil {
+			if *p.Port < 0 || *p.Port > 65535 {
+				warn.add("endpointslice %s/%s: ports[%d] dropped: port %d out of range", in.Namespace, in.Name, i, *p.Port)
+				continue
+			}
+			ep.Port = *p.Port
+		}
+		out.Ports = append(out.Ports, ep)
+	}
+
+	for i := range in.Endpoints {
+		e := &in.Endpoints[i]
+		if len(e.Addresses) == 0 {
+			warn.add("endpointslice %s/%s: endpoints[%d] dropped: no addresses", in.Namespace, in.Name, i)
+			continue
+		}
+		ge := &globalv1.Endpoint{
+			Ready:       e.Conditions.Ready,
+			Serving:     e.Conditions.Serving,
+			Terminating: e.Conditions.Terminating,
+		}
+		if out.AddressType == globalv1.AddressType_FQDN {
+			ge.Addresses = append(ge.Addresses, e.Addresses...)
+		} else {
+			bad := false
+			for j, a := range e.Addresses {
+				addr, err := parseIP(a)
+				if err == nil && (strings.Contains(addr, ":") != (out.AddressType == globalv1.AddressType_IPV6)) {
+					err = fmt.Errorf("address %q is not of type %s", a, in.AddressType)
+				}
+				if err != nil {
+					warn.add("endpointslice %s/%s: endpoints[%d] dropped: addresses[%d]: %v", in.Namespace, in.Name, i, j, err)
+					bad = true
+					break
+				}
+				ge.Addresses = append(ge.Addresses, addr)
+			}
+			if bad {
+				continue
+			}
+		}
+		if e.NodeName != nil {
+			ge.NodeName = *e.NodeName
+		}
+		if e.Zone != nil {
+			ge.Zone = *e.Zone
+		}
+		if e.Hints != nil {
+			for _, z := range e.Hints.ForZones {
+				ge.HintZones = append(ge.HintZones, z.Name)
+			}
+			for _, n := range e.Hints.ForNodes {
+				ge.HintNodes = append(ge.HintNodes, n.Name)
+			}
+		}
+		out.Endpoints = append(out.Endpoints, ge)
+	}
+	return out, warn, nil
+}
+
+// NodeFromK8s converts a v1 Node into the cluster model.
+func NodeFromK8s(in *corev1.Node) (*globalv1.Node, Warnings, error) {
+	if in == nil {
+		return nil, nil, fmt.Errorf("node: nil object")
+	}
+	if in.Name == "" {
+		return nil, nil, fmt.Errorf("node: metadata.name is empty")
+	}
+	var warn Warnings
+	out := &globalv1.Node{Name: in.Name, Zone: in.Labels[LabelTopologyZone]}
+	for i, a := range in.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+			continue
+		}
+		addr, err := parseIP(a.Address)
+		if err != nil {
+			warn.add("node %s: status.addresses[%d] dropped: %v", in.Name, i, err)
+			continue
+		}
+		out.Addresses = append(out.Addresses, addr)
+	}
+	cidrs := in.Spec.PodCIDRs
+	if len(cidrs) == 0 && in.Spec.PodCIDR != "" {
+		cidrs = []string{in.Spec.PodCIDR}
+	}
+	for i, c := range cidrs {
+		prefix, err := netip.ParsePrefix(c)
+		if err != nil {
+			warn.add("node %s: spec.podCIDRs[%d] dropped: invalid CIDR %q", in.Name, i, c)
+			continue
+		}
+		out.PodCidrs = append(out.PodCidrs, prefix.Masked().String())
+	}
+	return out, warn, nil
+}
+
+// ServiceCIDRFromK8s converts a networking/v1 ServiceCIDR into the cluster model.
+func ServiceCIDRFromK8s(in *networkingv1.ServiceCIDR) (*globalv1.ServiceCIDR, Warnings, error) {
+	if in == nil {
+		return nil, nil, fmt.Errorf("servicecidr: nil object")
+	}
+	if in.Name == "" {
+		return nil, nil, fmt.Errorf("servicecidr: metadata.name is empty")
+	}
+	var warn Warnings
+	out := &globalv1.ServiceCIDR{Name: in.Name}
+	for i, c := range in.Spec.CIDRs {
+		prefix, err := netip.ParsePrefix(c)
+		if err != nil {
+			warn.add("servicecidr %s: spec.cidrs[%d] dropped: invalid CIDR %q", in.Name, i, c)
+			continue
+		}
+		out.Cidrs = append(out.Cidrs, prefix.Masked().String())
+	}
+	return out, warn, nil
+}
