@@ -42,8 +42,8 @@ func svcType(t globalv1.ServiceType) svcMod {
 		}
 	}
 }
-func itpLocal(s *globalv1.Service) { s.InternalTrafficPolicy = globalv1.TrafficPolicy_LOCAL }
-func etpLocal(s *globalv1.Service) { s.ExternalTrafficPolicy = globalv1.TrafficPolicy_LOCAL }
+func itpLocal(s *globalv1.Service)     { s.InternalTrafficPolicy = globalv1.TrafficPolicy_LOCAL }
+func etpLocal(s *globalv1.Service)     { s.ExternalTrafficPolicy = globalv1.TrafficPolicy_LOCAL }
 func externalIPs(ips ...string) svcMod { return func(s *globalv1.Service) { s.ExternalIps = ips } }
 func proxyName(n string) svcMod        { return func(s *globalv1.Service) { s.ServiceProxyName = &n } }
 func ports(p ...*globalv1.ServicePort) svcMod {
@@ -213,14 +213,14 @@ func TestServiceView(t *testing.T) {
 			want: []string{"IPV4 http/TCP has: 10.0.0.1:8080 C, 10.0.0.2:8080 C"},
 		},
 		{
-			name: "missing conditions mean ready and serving, not terminating",
-			svc:  svc(),
+			name:   "missing conditions mean ready and serving, not terminating",
+			svc:    svc(),
 			slices: []*globalv1.EndpointSlice{slice("s1", &globalv1.Endpoint{Addresses: []string{"10.0.0.1"}})},
-			want: []string{"IPV4 http/TCP has: 10.0.0.1:8080 C"},
+			want:   []string{"IPV4 http/TCP has: 10.0.0.1:8080 C"},
 		},
 		{
 			name: "named target ports are resolved per slice",
-			svc: svc(ports(&globalv1.ServicePort{Name: "http", Protocol: globalv1.Protocol_TCP, Port: 80, TargetPortName: "web"})),
+			svc:  svc(ports(&globalv1.ServicePort{Name: "http", Protocol: globalv1.Protocol_TCP, Port: 80, TargetPortName: "web"})),
 			slices: []*globalv1.EndpointSlice{
 				slicePorts("v1", []*globalv1.EndpointPort{port("http", globalv1.Protocol_TCP, 8080)}, ep("10.0.0.1")),
 				slicePorts("v2", []*globalv1.EndpointPort{port("http", globalv1.Protocol_TCP, 9090)}, ep("10.0.0.2")),
