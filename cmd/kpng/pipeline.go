@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/kpng/kpng/brain"
+	"github.com/kpng/kpng/cluster"
+	"github.com/kpng/kpng/sink/tofile"
+)
+
+// stage is a running part of a pipeline: a source fills the store, a sink
+// consumes it.
+type stage interface {
+	Run(ctx context.Context, store *cluster.Store) error
+}
+
+// run runs a source and a sink over one store until the sink returns (a
+// one-shot sink), either fails, or ctx ends.
+func run(ctx context.Context, source, sink stage) error {
+	store := cluster.NewStore()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	srcDone := make(chan error, 1)
+	go func() { srcDone <- source.Run(ctx, store) }()
+	sinkDone := make(chan error, 1)
+	go func() { sinkDone <- sink.Run(ctx, store) }()
+
+	select {
+	case err := <-sinkDone:
+		cancel()
+		<-srcDone
+		return err
+	case err := <-srcDone:
+		if err != nil {
+			cancel()
+			<-sinkDone
+			return fmt.Errorf("source: %w", err)
+		}
+		// A source that delivered everything and stopped: the sink goes on.
+		return <-sinkDone
+	}
+}
+
+// nodeFlags registers the flags that select a node's view.
+func nodeFlags(fs *pflag.FlagSet, opts *brain.Options) {
+	fs.StringVar(&opts.NodeName, "node-name", defaultNodeName(), "the node whose view to compute (default: this host's name)")
+	fs.StringVar(&opts.ServiceProxyName, "service-proxy-name", "",
+		"also serve Services labelled service.kubernetes.io/service-proxy-name with this value (unlabelled Services are always served)")
+}
+
+func defaultNodeName() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return ""
+	}
+	return strings.ToLower(h) // as kube-proxy does
+}
+
+// sinkCommands returns the sink sub-commands of a source command; source()
+// builds the source once the flags are parsed.
+func sinkCommands(source func() (stage, error)) []*cobra.Command {
+	toFile := &tofile.Sink{}
+	toFileCmd := &cobra.Command{
+		Use:   "to-file",
+		Short: "Write a node's view (YAML or JSON) to a file or standard output",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if toFile.Options.NodeName == "" {
+				return errors.New("--node-name is required (the host name could not be read)")
+			}
+			src, err := source()
+			if err != nil {
+				return err
+			}
+			return run(cmd.Context(), src, toFile)
+		},
+	}
+	nodeFlags(toFileCmd.Flags(), &toFile.Options)
+	toFileCmd.Flags().StringVarP(&toFile.Output, "output", "o", "-", `file to write, "-" for standard output`)
+	toFileCmd.Flags().StringVar(&toFile.Format, "format", "yaml", "yaml or json")
+	toFileCmd.Flags().BoolVar(&toFile.Follow, "follow", false,
+		"keep writing: a document per revision of the view (JSON: one line each)")
+
+	return []*cobra.Command{toFileCmd}
+}
