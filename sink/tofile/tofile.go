@@ -11,9 +11,9 @@ import (
 	"io"
 	"os"
 
+	yaml "go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"k8s.io/klog/v2"
-	yaml "go.yaml.in/yaml/v3"
 
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/brain"
