@@ -1,0 +1,102 @@
+package apiserver
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// process is one running program, in its own process group, with its output
+// appended to a log file.
+type process struct {
+	name    string
+	logPath string
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when the program has exited
+	err     error         // why it exited; read only after done is closed
+}
+
+// startProcess starts path with args, appending its stdout and stderr to
+// logPath.
+func startProcess(name, logPath, path string, args ...string) (*process, error) {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("%s: opening log: %w", name, err)
+	}
+	// The file is shared with the child; the parent's copy is closed below.
+	defer logFile.Close()
+	fmt.Fprintf(logFile, "==== %s %s: %s %s\n", time.Now().Format(time.RFC3339Nano), name, path, strings.Join(args, " "))
+
+	cmd := exec.Command(path, args...)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		// Its own group, so that stopping it stops anything it started.
+		Setpgid: true,
+		// Killed if the test binary dies without running its cleanups
+		// (a panic, or go test's -timeout).
+		Pdeathsig: syscall.SIGKILL,
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s: starting %s: %w", name, path, err)
+	}
+	p := &process{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// exitError returns why the process exited, or nil while it runs.
+func (p *process) exitError() error {
+	select {
+	case <-p.done:
+		if p.err == nil {
+			return fmt.Errorf("%s exited", p.name)
+		}
+		return fmt.Errorf("%s exited: %w", p.name, p.err)
+	default:
+		return nil
+	}
+}
+
+// stop sends SIGTERM to the process group, and SIGKILL if the process is
+// still running after grace. It returns once the process has exited.
+func (p *process) stop(grace time.Duration) {
+	pgid := p.cmd.Process.Pid
+	if grace > 0 {
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(grace):
+		}
+	}
+	// Always kill the group: the leader may be gone while a child remains.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	<-p.done
+}
+
+// tailLog returns the last n lines of the process's log.
+func (p *process) tailLog(n int) string {
+	data, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return fmt.Sprintf("(reading %s: %v)", p.logPath, err)
+	}
+	lines := bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// addrInUse reports whether the process's log shows that it lost a race
+// for one of the free ports it was given.
+func (p *process) addrInUse() bool {
+	data, err := os.ReadFile(p.logPath)
+	return err == nil && bytes.Contains(data, []byte("address already in use"))
+}

@@ -1,0 +1,423 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// AdminUser is the user the Server's client authenticates as. It is in the
+// system:masters group, which may do everything.
+const AdminUser = "kpng-test-admin"
+
+// The Service cluster IP ranges of every Server: one per family, so that
+// Services of any ipFamilyPolicy can be created.
+const (
+	ServiceCIDRIPv4 = "10.96.0.0/16"
+	ServiceCIDRIPv6 = "fd00:10:96::/112"
+)
+
+const (
+	startTimeout = 60 * time.Second // for each of etcd and kube-apiserver
+	stopGrace    = 10 * time.Second // between SIGTERM and SIGKILL
+	portAttempts = 3                // a free port may be taken before the server binds it
+	logTailLines = 80
+)
+
+// Option changes how Start runs the servers.
+type Option func(*options)
+
+type options struct {
+	apiServerArgs []string
+}
+
+// WithAPIServerArgs appends command line flags to kube-apiserver's; a flag
+// given again overrides the default.
+func WithAPIServerArgs(args ...string) Option {
+	return func(o *options) { o.apiServerArgs = append(o.apiServerArgs, args...) }
+}
+
+// Server is a running etcd and kube-apiserver. Its methods may be called
+// from any goroutine.
+type Server struct {
+	// URL is kube-apiserver's address: https://127.0.0.1:port.
+	URL string
+	// EtcdURL is etcd's client address: http://127.0.0.1:port.
+	EtcdURL string
+	// KubeconfigPath is a kubeconfig file for the admin user, for programs
+	// the test runs (kpng itself, kube-proxy).
+	KubeconfigPath string
+	// Client is a clientset for the admin user.
+	Client kubernetes.Interface
+
+	t      testing.TB
+	bins   binaries
+	dir    string
+	config *rest.Config
+	http   *http.Client // for /readyz
+
+	mu        sync.Mutex
+	etcd      *process
+	apiServer *process
+	apiArgs   []string // to restart kube-apiserver identically
+	apiPort   int
+}
+
+// Start starts etcd and kube-apiserver and waits until kube-apiserver is
+// ready. They are stopped, and their files removed, when the test ends; if
+// the test failed, the end of their logs is printed first. Start fails the
+// test if it cannot start them, including when the binaries are missing.
+func Start(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	bins, err := findBinaries()
+	if err != nil {
+		t.Fatalf("test API server: %v", err)
+	}
+	s := &Server{t: t, bins: bins, dir: t.TempDir()}
+	t.Cleanup(func() {
+		if t.Failed() {
+			s.printLogs()
+		}
+		s.Stop()
+	})
+	if err := s.start(o); err != nil {
+		s.printLogs()
+		t.Fatalf("test API server: %v", err)
+	}
+	return s
+}
+
+func (s *Server) start(o options) error {
+	begin := time.Now()
+	if err := s.startEtcd(); err != nil {
+		return err
+	}
+	etcdReady := time.Since(begin)
+
+	creds, err := writeCredentials(s.dir)
+	if err != nil {
+		return err
+	}
+	for attempt := 1; ; attempt++ {
+		ports, err := freePorts(1)
+		if err != nil {
+			return err
+		}
+		s.apiPort = ports[0]
+		s.URL = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.apiPort))
+		if err := s.writeClientConfig(creds); err != nil {
+			return err
+		}
+		s.apiArgs = append(s.apiServerArgs(creds), o.apiServerArgs...)
+		err = s.startAPIServer()
+		if err == nil {
+			break
+		}
+		if attempt == portAttempts || !s.apiServer.addrInUse() {
+			return err
+		}
+	}
+	s.t.Logf("test API server %s ready in %v (etcd %v)", s.URL, time.Since(begin).Round(time.Millisecond), etcdReady.Round(time.Millisecond))
+	return nil
+}
+
+func (s *Server) startEtcd() error {
+	dataDir := filepath.Join(s.dir, "etcd")
+	logPath := filepath.Join(s.dir, "etcd.log")
+	for attempt := 1; ; attempt++ {
+		ports, err := freePorts(2)
+		if err != nil {
+			return err
+		}
+		client := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+		peer := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
+		p, err := startProcess("etcd", logPath, s.bins.etcd,
+			"--name=kpng-test",
+			"--data-dir="+dataDir,
+			"--listen-client-urls="+client,
+			"--advertise-client-urls="+client,
+			"--listen-peer-urls="+peer,
+			"--initial-advertise-peer-urls="+peer,
+			"--initial-cluster=kpng-test="+peer,
+			"--logger=zap",
+			"--log-outputs=stderr",
+		)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.etcd = p
+		s.mu.Unlock()
+		s.EtcdURL = client
+
+		err = waitUntil(p, startTimeout, func(ctx context.Context) (bool, string) {
+			return etcdHealthy(ctx, client)
+		})
+		if err == nil {
+			return nil
+		}
+		p.stop(0)
+		if attempt == portAttempts || !p.addrInUse() {
+			return fmt.Errorf("etcd: %w", err)
+		}
+		if err := os.RemoveAll(dataDir); err != nil {
+			return fmt.Errorf("etcd: removing data dir to retry: %w", err)
+		}
+	}
+}
+
+// apiServerArgs returns kube-apiserver's flags. The reasons for the less
+// obvious ones are in the comments.
+func (s *Server) apiServerArgs(c *credentials) []string {
+	return []string{
+		"--etcd-servers=" + s.EtcdURL,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(s.apiPort),
+		// Without an advertise address kube-apiserver picks the host's
+		// first interface address (and fails on a host without one), and
+		// publishes it as the endpoint of Service default/kubernetes.
+		// Tests get a fixed address instead, and no endpoints for that
+		// Service: an endpoint may not be a loopback address, and a
+		// proxy under test must not send traffic anywhere but loopback.
+		"--advertise-address=127.0.0.1",
+		"--endpoint-reconciler-type=none",
+		"--cert-dir=" + s.dir,
+		"--tls-cert-file=" + c.servingCertFile,
+		"--tls-private-key-file=" + c.servingKeyFile,
+		"--token-auth-file=" + c.tokenFile,
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + c.saKeyFile,
+		"--service-account-signing-key-file=" + c.saKeyFile,
+		"--service-cluster-ip-range=" + ServiceCIDRIPv4 + "," + ServiceCIDRIPv6,
+		// Only what a real cluster would reject Services and
+		// EndpointSlices with; the others watch objects kpng never
+		// writes and slow the start.
+		"--enable-admission-plugins=NamespaceLifecycle",
+		"--disable-admission-plugins=" + strings.Join(defaultAdmissionPluginsOff, ","),
+		// API Priority and Fairness adds seconds to every start, to
+		// bootstrap its configuration objects, and tests do not need it.
+		"--enable-priority-and-fairness=false",
+		"--profiling=false",
+	}
+}
+
+// defaultAdmissionPluginsOff are kube-apiserver's default admission plugins
+// other than NamespaceLifecycle.
+var defaultAdmissionPluginsOff = []string{
+	"LimitRanger", "ServiceAccount", "DefaultStorageClass",
+	"PersistentVolumeClaimResize", "DefaultTolerationSeconds",
+	"MutatingAdmissionWebhook", "ValidatingAdmissionWebhook",
+	"ResourceQuota", "StorageObjectInUseProtection", "PodGroupProtection",
+	"Priority", "TaintNodesByCondition", "RuntimeClass",
+	"CertificateApproval", "CertificateSigning", "ClusterTrustBundleAttest",
+	"CertificateSubjectRestriction", "DefaultIngressClass", "PodSecurity",
+	"PodTopologyLabels", "MutatingAdmissionPolicy",
+	"ValidatingAdmissionPolicy", "PodGroupWorkloadExists",
+	"NodeDeclaredFeatureValidator", "JobValidation", "PodResizeValidator",
+}
+
+// writeClientConfig writes the admin kubeconfig and builds the client from
+// it, so that the file tests hand to other programs is the one in use.
+func (s *Server) writeClientConfig(c *credentials) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["kpng-test"] = &clientcmdapi.Cluster{Server: s.URL, CertificateAuthorityData: c.caPEM}
+	kc.AuthInfos[AdminUser] = &clientcmdapi.AuthInfo{Token: c.adminToken}
+	kc.Contexts["kpng-test"] = &clientcmdapi.Context{Cluster: "kpng-test", AuthInfo: AdminUser}
+	kc.CurrentContext = "kpng-test"
+	s.KubeconfigPath = filepath.Join(s.dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, s.KubeconfigPath); err != nil {
+		return fmt.Errorf("writing kubeconfig: %w", err)
+	}
+
+	config, err := clientcmd.BuildConfigFromFlags("", s.KubeconfigPath)
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig %s: %w", s.KubeconfigPath, err)
+	}
+	// client-go's default of 5 requests per second would make tests
+	// measure the client, not the code under test.
+	config.QPS, config.Burst = 1000, 2000
+	config.UserAgent = "kpng-integration-test"
+	s.config = config
+	if s.Client, err = kubernetes.NewForConfig(rest.CopyConfig(config)); err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	if s.http, err = rest.HTTPClientFor(rest.CopyConfig(config)); err != nil {
+		return fmt.Errorf("creating HTTP client: %w", err)
+	}
+	return nil
+}
+
+// startAPIServer starts kube-apiserver with s.apiArgs and waits until it is
+// ready.
+func (s *Server) startAPIServer() error {
+	p, err := startProcess("kube-apiserver", filepath.Join(s.dir, "kube-apiserver.log"), s.bins.kubeAPIServer, s.apiArgs...)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.apiServer = p
+	s.mu.Unlock()
+	if err := waitUntil(p, startTimeout, s.ready); err != nil {
+		p.stop(0)
+		return fmt.Errorf("kube-apiserver: %w", err)
+	}
+	return nil
+}
+
+// ready reports whether kube-apiserver's /readyz says it is ready.
+func (s *Server) ready(ctx context.Context) (bool, string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/readyz", nil)
+	if err != nil {
+		return false, err.Error()
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return false, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return resp.StatusCode == http.StatusOK, fmt.Sprintf("/readyz: %s: %s", resp.Status, body)
+}
+
+// RESTConfig returns a copy of the admin's client configuration.
+func (s *Server) RESTConfig() *rest.Config {
+	return rest.CopyConfig(s.config)
+}
+
+// StopAPIServer stops kube-apiserver and leaves etcd running, to simulate
+// an API server outage. Clients see their connections closed and new ones
+// refused until RestartAPIServer.
+func (s *Server) StopAPIServer() {
+	s.t.Helper()
+	s.mu.Lock()
+	p := s.apiServer
+	s.apiServer = nil
+	s.mu.Unlock()
+	if p == nil {
+		s.t.Fatalf("test API server: StopAPIServer: kube-apiserver is not running")
+	}
+	p.stop(stopGrace)
+}
+
+// RestartAPIServer starts kube-apiserver again after StopAPIServer, on the
+// same address with the same etcd, and waits until it is ready.
+func (s *Server) RestartAPIServer() {
+	s.t.Helper()
+	s.mu.Lock()
+	running := s.apiServer != nil
+	s.mu.Unlock()
+	if running {
+		s.t.Fatalf("test API server: RestartAPIServer: kube-apiserver is running; call StopAPIServer first")
+	}
+	begin := time.Now()
+	if err := s.startAPIServer(); err != nil {
+		s.printLogs()
+		s.t.Fatalf("test API server: restarting: %v", err)
+	}
+	s.t.Logf("test API server %s ready again in %v", s.URL, time.Since(begin).Round(time.Millisecond))
+}
+
+// Stop stops kube-apiserver and etcd. It is safe to call more than once;
+// Start arranges for it to run when the test ends.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	api, etcd := s.apiServer, s.etcd
+	s.apiServer, s.etcd = nil, nil
+	s.mu.Unlock()
+	if api != nil {
+		api.stop(stopGrace)
+	}
+	if etcd != nil {
+		etcd.stop(stopGrace)
+	}
+}
+
+// printLogs logs the end of each server's log.
+func (s *Server) printLogs() {
+	for _, name := range []string{"etcd", "kube-apiserver"} {
+		p := &process{name: name, logPath: filepath.Join(s.dir, name+".log")}
+		if _, err := os.Stat(p.logPath); err != nil {
+			continue
+		}
+		s.t.Logf("last %d lines of %s:\n%s", logTailLines, p.logPath, p.tailLog(logTailLines))
+	}
+}
+
+// waitUntil polls cond every 100ms until it returns true, p exits, or
+// timeout passes. The error carries cond's last message.
+func waitUntil(p *process, timeout time.Duration, cond func(context.Context) (bool, string)) error {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	last := "not checked yet"
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ok, msg := cond(ctx)
+		cancel()
+		if ok {
+			return nil
+		}
+		last = msg
+		if err := p.exitError(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %v: %s", timeout, last)
+		}
+		select {
+		case <-tick.C:
+		case <-p.done:
+		}
+	}
+}
+
+// etcdHealthy reports whether etcd's /health says it is healthy.
+func etcdHealthy(ctx context.Context, clientURL string) (bool, string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, clientURL+"/health", nil)
+	if err != nil {
+		return false, err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	return resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"health":"true"`),
+		fmt.Sprintf("/health: %s: %s", resp.Status, body)
+}
+
+// freePorts returns n distinct loopback TCP ports that were free a moment
+// ago. Another process may take one before the server binds it, which the
+// callers detect and retry.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
