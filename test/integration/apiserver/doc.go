@@ -22,4 +22,21 @@
 // fd00:10:96::/112. Authorization is RBAC (the admin is in system:masters),
 // so that tests can check what a given identity may do, and only the
 // NamespaceLifecycle admission plugin runs.
+//
+// # etcd 3.4
+//
+// Debian bookworm's etcd-server is 3.4.23; Kubernetes v1.36 is tested with
+// etcd 3.5 and 3.6. kube-apiserver v1.36.3 runs on 3.4.23 without extra
+// flags, with one difference a test may notice: etcd 3.4.23 lacks the
+// RequestWatchProgress call (3.4.31 and 3.5.13 have it), which kube-apiserver
+// detects at start ("RequestWatchProgress feature is not supported"). So
+//
+//   - a watch-list request (a watch with sendInitialEvents=true, which
+//     client-go's informers make by default since v0.35, feature
+//     WatchListClient) gets an error event, on which client-go falls back to
+//     LIST then WATCH, as it does against any server older than v1.32; and
+//   - consistent LISTs are read from etcd rather than the watch cache.
+//
+// Both are behaviours kpng must handle anyway; turning the WatchList feature
+// gate off would change nothing for clients, so it stays on.
 package apiserver

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -33,7 +34,7 @@ const (
 
 const (
 	startTimeout = 60 * time.Second // for each of etcd and kube-apiserver
-	stopGrace    = 10 * time.Second // between SIGTERM and SIGKILL
+	etcdGrace    = 5 * time.Second  // between SIGTERM and SIGKILL
 	portAttempts = 3                // a free port may be taken before the server binds it
 	logTailLines = 80
 )
@@ -78,7 +79,9 @@ type Server struct {
 }
 
 // Start starts etcd and kube-apiserver and waits until kube-apiserver is
-// ready. They are stopped, and their files removed, when the test ends; if
+// ready and has created Service default/kubernetes (with no endpoints: see
+// --endpoint-reconciler-type below) and ServiceCIDR kubernetes, so that
+// every test starts from the same cluster. They are stopped, and their files removed, when the test ends; if
 // the test failed, the end of their logs is printed first. Start fails the
 // test if it cannot start them, including when the binaries are missing.
 func Start(t testing.TB, opts ...Option) *Server {
@@ -134,6 +137,9 @@ func (s *Server) start(o options) error {
 		if attempt == portAttempts || !s.apiServer.addrInUse() {
 			return err
 		}
+	}
+	if err := waitUntil(s.apiServer, startTimeout, s.bootstrapped); err != nil {
+		return fmt.Errorf("kube-apiserver: %w", err)
 	}
 	s.t.Logf("test API server %s ready in %v (etcd %v)", s.URL, time.Since(begin).Round(time.Millisecond), etcdReady.Round(time.Millisecond))
 	return nil
@@ -298,14 +304,29 @@ func (s *Server) ready(ctx context.Context) (bool, string) {
 	return resp.StatusCode == http.StatusOK, fmt.Sprintf("/readyz: %s: %s", resp.Status, body)
 }
 
+// bootstrapped reports whether the objects kube-apiserver creates for itself
+// after it is ready exist, so that every test starts from the same cluster.
+func (s *Server) bootstrapped(ctx context.Context) (bool, string) {
+	if _, err := s.Client.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{}); err != nil {
+		return false, fmt.Sprintf("Service default/kubernetes: %v", err)
+	}
+	if _, err := s.Client.NetworkingV1().ServiceCIDRs().Get(ctx, "kubernetes", metav1.GetOptions{}); err != nil {
+		return false, fmt.Sprintf("ServiceCIDR kubernetes: %v", err)
+	}
+	return true, ""
+}
+
 // RESTConfig returns a copy of the admin's client configuration.
 func (s *Server) RESTConfig() *rest.Config {
 	return rest.CopyConfig(s.config)
 }
 
-// StopAPIServer stops kube-apiserver and leaves etcd running, to simulate
+// StopAPIServer kills kube-apiserver and leaves etcd running, to simulate
 // an API server outage. Clients see their connections closed and new ones
 // refused until RestartAPIServer.
+//
+// It kills rather than terminates: a graceful shutdown holds open watches
+// for seconds, and kube-apiserver keeps no state of its own to save.
 func (s *Server) StopAPIServer() {
 	s.t.Helper()
 	s.mu.Lock()
@@ -315,7 +336,7 @@ func (s *Server) StopAPIServer() {
 	if p == nil {
 		s.t.Fatalf("test API server: StopAPIServer: kube-apiserver is not running")
 	}
-	p.stop(stopGrace)
+	p.stop(0)
 }
 
 // RestartAPIServer starts kube-apiserver again after StopAPIServer, on the
@@ -344,10 +365,10 @@ func (s *Server) Stop() {
 	s.apiServer, s.etcd = nil, nil
 	s.mu.Unlock()
 	if api != nil {
-		api.stop(stopGrace)
+		api.stop(0)
 	}
 	if etcd != nil {
-		etcd.stop(stopGrace)
+		etcd.stop(etcdGrace)
 	}
 }
 
