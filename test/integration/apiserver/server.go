@@ -52,8 +52,9 @@ func WithAPIServerArgs(args ...string) Option {
 	return func(o *options) { o.apiServerArgs = append(o.apiServerArgs, args...) }
 }
 
-// Server is a running etcd and kube-apiserver. Its methods may be called
-// from any goroutine.
+// Server is a running etcd and kube-apiserver. StopAPIServer and
+// RestartAPIServer fail the test on error, so like t.Fatal they belong in
+// the test's goroutine.
 type Server struct {
 	// URL is kube-apiserver's address: https://127.0.0.1:port.
 	URL string
@@ -102,7 +103,6 @@ func Start(t testing.TB, opts ...Option) *Server {
 		s.Stop()
 	})
 	if err := s.start(o); err != nil {
-		s.printLogs()
 		t.Fatalf("test API server: %v", err)
 	}
 	return s
@@ -163,6 +163,11 @@ func (s *Server) startEtcd() error {
 			"--listen-peer-urls="+peer,
 			"--initial-advertise-peer-urls="+peer,
 			"--initial-cluster=kpng-test="+peer,
+			// A single member elects itself after one election
+			// timeout: 100ms instead of the default 1s. With no peers,
+			// short timeouts cannot cost it leadership.
+			"--heartbeat-interval=10",
+			"--election-timeout=100",
 			"--logger=zap",
 			"--log-outputs=stderr",
 		)
@@ -351,7 +356,6 @@ func (s *Server) RestartAPIServer() {
 	}
 	begin := time.Now()
 	if err := s.startAPIServer(); err != nil {
-		s.printLogs()
 		s.t.Fatalf("test API server: restarting: %v", err)
 	}
 	s.t.Logf("test API server %s ready again in %v", s.URL, time.Since(begin).Round(time.Millisecond))
