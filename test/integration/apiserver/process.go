@@ -68,15 +68,20 @@ func (p *process) exitError() error {
 // stop sends SIGTERM to the process group, and SIGKILL if the process is
 // still running after grace. It returns once the process has exited.
 func (p *process) stop(grace time.Duration) {
+	select {
+	case <-p.done:
+		return // reaped: its pid may already belong to someone else
+	default:
+	}
 	pgid := p.cmd.Process.Pid
 	if grace > 0 {
 		_ = syscall.Kill(-pgid, syscall.SIGTERM)
 		select {
 		case <-p.done:
+			return
 		case <-time.After(grace):
 		}
 	}
-	// Always kill the group: the leader may be gone while a child remains.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	<-p.done
 }

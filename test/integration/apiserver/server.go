@@ -82,9 +82,10 @@ type Server struct {
 // Start starts etcd and kube-apiserver and waits until kube-apiserver is
 // ready and has created Service default/kubernetes (with no endpoints: see
 // --endpoint-reconciler-type below) and ServiceCIDR kubernetes, so that
-// every test starts from the same cluster. They are stopped, and their files removed, when the test ends; if
-// the test failed, the end of their logs is printed first. Start fails the
-// test if it cannot start them, including when the binaries are missing.
+// every test starts from the same cluster. They are stopped, and their
+// files removed, when the test ends; if the test failed, the end of their
+// logs is printed first. Start fails the test if it cannot start them,
+// including when the binaries are missing.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	var o options
