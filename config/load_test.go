@@ -1,0 +1,98 @@
+package config
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestLoadRejects(t *testing.T) {
+	cases := []struct {
+		name    string
+		doc     string
+		wantErr []string
+	}{
+		{name: "an unknown field is named", doc: v1alpha1Header + "iptables:\n  syncPeriods: 1s\n", wantErr: []string{"unknown field", "iptables.syncPeriods"}},
+		{name: "a v1alpha1-only field is unknown in v1alpha2", doc: v1alpha2Header + "bindAddress: 0.0.0.0\n", wantErr: []string{"unknown field", "bindAddress"}},
+		{name: "a v1alpha2-only field is unknown in v1alpha1", doc: v1alpha1Header + "configHardFail: false\n", wantErr: []string{"unknown field", "configHardFail"}},
+		{name: "a duplicate YAML key is named", doc: v1alpha2Header + "mode: iptables\nmode: ipvs\n", wantErr: []string{"mode", "already set"}},
+		{name: "a nested duplicate YAML key is named", doc: v1alpha1Header + "conntrack:\n  min: 1\n  min: 2\n", wantErr: []string{"min", "already set"}},
+		{name: "a duplicate JSON key is named", doc: `{"apiVersion":"kubeproxy.config.k8s.io/v1alpha2","kind":"KubeProxyConfiguration","syncPeriod":"1s","syncPeriod":"2s"}`, wantErr: []string{"syncPeriod"}},
+		{name: "field names are case-sensitive", doc: v1alpha2Header + "Mode: ipvs\n", wantErr: []string{"unknown field", "Mode"}},
+		{name: "a wrong value type is an error", doc: v1alpha2Header + "syncPeriod: [1]\n", wantErr: []string{"syncPeriod"}},
+		{name: "an unknown apiVersion is named", doc: "apiVersion: kubeproxy.config.k8s.io/v1beta1\nkind: KubeProxyConfiguration\n", wantErr: []string{"apiVersion", "v1beta1"}},
+		{name: "a missing apiVersion is an error", doc: "kind: KubeProxyConfiguration\n", wantErr: []string{"apiVersion"}},
+		{name: "another kind is an error", doc: "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeletConfiguration\n", wantErr: []string{"kind", "KubeletConfiguration"}},
+		{name: "an empty document is an error", doc: "", wantErr: []string{"empty"}},
+		{name: "a list is not a configuration", doc: "- a\n", wantErr: []string{"object"}},
+		{name: "v1alpha1 strictness errors stay fatal", doc: v1alpha1Header + "bogus: 1\n", wantErr: []string{"bogus"}},
+		{name: "v1alpha2 with configHardFail true keeps strictness fatal", doc: v1alpha2Header + "configHardFail: true\nbogus: 1\n", wantErr: []string{"bogus"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load([]byte(tc.doc))
+			if err == nil {
+				t.Fatal("Load succeeded, want an error")
+			}
+			for _, s := range tc.wantErr {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not mention %q", err, s)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadJSON(t *testing.T) {
+	l := mustLoad(t, `{"apiVersion":"kubeproxy.config.k8s.io/v1alpha2","kind":"KubeProxyConfiguration","mode":"nftables","minSyncPeriod":"0s"}`)
+	if l.Config.Mode != ProxyModeNFTables || l.Config.MinSyncPeriod != 0 || l.APIVersion != "kubeproxy.config.k8s.io/v1alpha2" {
+		t.Errorf("got %+v", l)
+	}
+}
+
+func TestLoadWithConfigHardFailFalseWarnsAboutStrictness(t *testing.T) {
+	l := mustLoad(t, v1alpha2Header+"configHardFail: false\nbogus: 1\nmode: ipvs\nmode: nftables\n")
+	if l.Config.Mode != ProxyModeNFTables {
+		t.Errorf("mode = %q, want the last duplicate (nftables)", l.Config.Mode)
+	}
+	joined := strings.Join(l.Warnings, "\n")
+	for _, s := range []string{"bogus", "mode"} {
+		if !strings.Contains(joined, s) {
+			t.Errorf("warnings %q do not mention %q", l.Warnings, s)
+		}
+	}
+}
+
+func TestLoadWarnsAboutPortRange(t *testing.T) {
+	l := mustLoad(t, v1alpha1Header+"portRange: 1000-2000\n")
+	if len(l.Warnings) != 1 || !strings.Contains(l.Warnings[0], "portRange") {
+		t.Errorf("warnings = %q", l.Warnings)
+	}
+}
+
+func TestLoadReportsSetFields(t *testing.T) {
+	cases := []struct {
+		name string
+		doc  string
+		want []string
+	}{
+		{name: "v1alpha2 paths are reported as written, nulls skipped", doc: v1alpha2Header + "mode: ipvs\nlinux:\n  conntrack:\n    min: 1\n    maxPerCore: null\nfeatureGates:\n  A: true\n",
+			want: []string{"featureGates.A", "linux.conntrack.min", "mode"}},
+		{name: "v1alpha1 paths are renamed to their v1alpha2 place", doc: v1alpha1Header + "bindAddress: 192.0.2.1\nclusterCIDR: 10.0.0.0/8\nconntrack:\n  min: 1\noomScoreAdj: 0\nwindowsRunAsService: true\nportRange: \"\"\n",
+			want: []string{"detectLocal.clusterCIDRs", "linux.conntrack.min", "linux.oomScoreAdj", "nodeIPOverride", "windows.runAsService"}},
+		{name: "only the active backend's sync periods and masqueradeAll count", doc: v1alpha1Header + "mode: nftables\niptables:\n  syncPeriod: 30s\n  masqueradeAll: false\n  masqueradeBit: 3\nnftables:\n  minSyncPeriod: 2s\n  masqueradeAll: true\n",
+			want: []string{"iptables.masqueradeBit", "ipvs.masqueradeBit", "linux.masqueradeAll", "minSyncPeriod", "mode"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := mustLoad(t, tc.doc)
+			if got := l.Set.List(); !slices.Equal(got, tc.want) {
+				t.Errorf("Set = %q, want %q", got, tc.want)
+			}
+		})
+	}
+	l := mustLoad(t, v1alpha2Header+"linux:\n  conntrack:\n    min: 1\n")
+	if !l.Set.Has("linux") || !l.Set.Has("linux.conntrack") || l.Set.Has("linux.conntrack.max") || l.Set.Has("lin") {
+		t.Errorf("Has is wrong for %q", l.Set.List())
+	}
+}
