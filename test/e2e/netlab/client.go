@@ -1,0 +1,261 @@
+package netlab
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// DefaultTimeout bounds one client attempt. A dropped packet is reported as
+// [TimedOut] after this long, so it is kept short to keep suites fast; every
+// link in a lab is a veth, where an answer takes well under a millisecond.
+const DefaultTimeout = time.Second
+
+// Protocol is a transport protocol a client can speak.
+type Protocol string
+
+// The protocols clients speak.
+const (
+	TCP Protocol = "tcp"
+	UDP Protocol = "udp"
+)
+
+// Outcome classifies what a client observed.
+type Outcome int
+
+const (
+	// OK: a server answered.
+	OK Outcome = iota
+	// Refused: something actively said no. For TCP a RST (ECONNREFUSED); for
+	// TCP and UDP an ICMP port unreachable (ECONNREFUSED), or an ICMP
+	// administratively prohibited / host unreachable as sent by a firewall
+	// reject (EHOSTUNREACH for IPv4, EACCES for IPv6). These arrive within the
+	// timeout, so they cannot be confused with a drop.
+	Refused
+	// TimedOut: no answer at all within the timeout, i.e. the request or the
+	// answer was dropped.
+	TimedOut
+	// Failed: anything else (no route, a garbled answer, ...); see Result.Err.
+	Failed
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OK:
+		return "ok"
+	case Refused:
+		return "refused"
+	case TimedOut:
+		return "timed out"
+	case Failed:
+		return "failed"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Result is what one client attempt observed.
+type Result struct {
+	// Outcome classifies the attempt.
+	Outcome Outcome
+	// Pod is the name of the server that answered (a pod's name, or a node's
+	// for a server on a node), when Outcome is OK.
+	Pod string
+	// Peer is the client address and port as the server saw them, when
+	// Outcome is OK: the client's own address, or a masqueraded one.
+	Peer netip.AddrPort
+	// Local is the client socket's own address and port.
+	Local netip.AddrPort
+	// Err is the underlying error, for every Outcome but OK.
+	Err error
+	// Elapsed is how long the attempt took.
+	Elapsed time.Duration
+}
+
+func (r Result) String() string {
+	if r.Outcome == OK {
+		return fmt.Sprintf("ok: %s saw %s", r.Pod, r.Peer)
+	}
+	return fmt.Sprintf("%s after %v: %v", r.Outcome, r.Elapsed.Round(time.Millisecond), r.Err)
+}
+
+// TCP connects to dst from h, with [DefaultTimeout], and reads the answer.
+func (h *Host) TCP(dst netip.AddrPort) Result {
+	return h.Dial(TCP, dst, DefaultTimeout)
+}
+
+// UDP sends one datagram to dst from h, with [DefaultTimeout], and reads the
+// answer.
+func (h *Host) UDP(dst netip.AddrPort) Result {
+	return h.Dial(UDP, dst, DefaultTimeout)
+}
+
+// Dial makes one attempt from inside h's namespace: for TCP, connect and read
+// the server's line; for UDP, send one datagram from a connected socket (so an
+// ICMP error is reported to it) and read the answer. Each attempt uses a new
+// ephemeral source port, hence a new conntrack entry. The whole attempt,
+// connect and read, is bounded by timeout.
+func (h *Host) Dial(proto Protocol, dst netip.AddrPort, timeout time.Duration) Result {
+	start := time.Now()
+	deadline := start.Add(timeout)
+	var r Result
+	var conn net.Conn
+	err := h.Do(func() error {
+		// A literal address means the dialer connects from this goroutine,
+		// hence from this namespace.
+		d := net.Dialer{Deadline: deadline}
+		c, err := d.DialContext(context.Background(), string(proto), dst.String())
+		conn = c
+		return err
+	})
+	if err != nil {
+		r.Err = fmt.Errorf("%s %s from %s: %w", proto, dst, h.Name, err)
+		r.Outcome = classify(err)
+		r.Elapsed = time.Since(start)
+		return r
+	}
+	defer conn.Close()
+	r.Local = addrPortOf(conn.LocalAddr())
+	_ = conn.SetDeadline(deadline)
+	if proto == UDP {
+		if _, err := conn.Write([]byte("netlab\n")); err != nil {
+			return finish(r, start, fmt.Errorf("%s %s from %s: send: %w", proto, dst, h.Name, err))
+		}
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		if errors.Is(err, io.EOF) && line == "" {
+			err = fmt.Errorf("connection closed without an answer: %w", err)
+		}
+		return finish(r, start, fmt.Errorf("%s %s from %s: read: %w", proto, dst, h.Name, err))
+	}
+	name, peer, ok := strings.Cut(strings.TrimSpace(line), " ")
+	ap, perr := netip.ParseAddrPort(peer)
+	if !ok || perr != nil {
+		return finish(r, start, fmt.Errorf("%s %s from %s: garbled answer %q", proto, dst, h.Name, line))
+	}
+	r.Outcome, r.Pod, r.Peer, r.Elapsed = OK, name, ap, time.Since(start)
+	return r
+}
+
+func finish(r Result, start time.Time, err error) Result {
+	r.Err, r.Outcome, r.Elapsed = err, classify(err), time.Since(start)
+	return r
+}
+
+// classify maps a client error to an Outcome; see the Outcome constants.
+func classify(err error) Outcome {
+	switch {
+	case err == nil:
+		return OK
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
+		return TimedOut
+	case errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.EHOSTUNREACH),
+		errors.Is(err, syscall.EACCES):
+		return Refused
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return TimedOut
+	}
+	return Failed
+}
+
+func addrPortOf(a net.Addr) netip.AddrPort {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		ap := a.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	case *net.UDPAddr:
+		ap := a.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	return netip.AddrPort{}
+}
+
+// Spread calls dial n times and counts the answers by the name of the server
+// that answered. Attempts that got no answer are counted under their outcome
+// in angle brackets, e.g. "<timed out>", so a test can assert both the
+// distribution and that nothing failed:
+//
+//	got := netlab.Spread(100, func() netlab.Result { return client.TCP(vip) })
+//	// got == map[string]int{"pod-a": 52, "pod-b": 48}
+func Spread(n int, dial func() Result) map[string]int {
+	got := map[string]int{}
+	for range n {
+		r := dial()
+		if r.Outcome == OK {
+			got[r.Pod]++
+		} else {
+			got["<"+r.Outcome.String()+">"]++
+		}
+	}
+	return got
+}
+
+// FormatSpread prints a Spread result in a stable order, for messages.
+func FormatSpread(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s:%d", k, m[k])
+	}
+	return strings.Join(parts, " ")
+}
+
+// Eventually calls dial until ok accepts its result, and returns that result;
+// if within elapses first, it fails the test with the last result. Use it to
+// wait for a proxy to program a change: there is no event to wait on, so
+// polling what a client observes is the honest condition.
+func Eventually(t testing.TB, within time.Duration, dial func() Result, ok func(Result) bool) Result {
+	t.Helper()
+	end := time.Now().Add(within)
+	for {
+		r := dial()
+		if ok(r) {
+			return r
+		}
+		if time.Now().After(end) {
+			t.Fatalf("condition not met within %v; last result: %v", within, r)
+		}
+		time.Sleep(50 * time.Millisecond) // pacing between attempts, not a wait for a condition
+	}
+}
+
+// Answered returns a predicate for Eventually: the answer came from one of
+// pods (any server, if none is given).
+func Answered(pods ...string) func(Result) bool {
+	return func(r Result) bool {
+		if r.Outcome != OK {
+			return false
+		}
+		if len(pods) == 0 {
+			return true
+		}
+		for _, p := range pods {
+			if r.Pod == p {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// Is returns a predicate for Eventually: the attempt ended with outcome o.
+func Is(o Outcome) func(Result) bool {
+	return func(r Result) bool { return r.Outcome == o }
+}

@@ -1,0 +1,187 @@
+package netlab
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// StopGrace is how long Stop waits after SIGTERM before sending SIGKILL.
+const StopGrace = 5 * time.Second
+
+// Process is a long-running command in a namespace, e.g. the proxy under
+// test in a node. It is started with `ip netns exec`, which execs the command
+// (so the pid is the command's own), and it dies with the test process
+// (PR_SET_PDEATHSIG), so an aborted run leaves no proxy behind.
+type Process struct {
+	// Argv is the command line, without the `ip netns exec` prefix.
+	Argv []string
+	ns   *Netns
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the current run exited
+	err  error         // the current run's exit error, once done
+	out  syncBuffer    // output of every run, with a header per run
+	runs int
+}
+
+// Start starts argv in the namespace. Its output (stdout and stderr) is kept
+// for [Process.Output]. Prefer [Node.Start] in tests: it stops the process
+// and logs its output on failure at teardown.
+func (n *Netns) Start(argv ...string) (*Process, error) {
+	p := &Process{Argv: argv, ns: n}
+	if err := p.start(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Process) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.runs++
+	fmt.Fprintf(&p.out, "=== run %d: %s\n", p.runs, strings.Join(p.Argv, " "))
+	cmd := p.ns.Command(context.Background(), p.Argv...)
+	cmd.Stdout = &p.out
+	cmd.Stderr = &p.out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("netns %s: start %s: %w", p.ns.Name, strings.Join(p.Argv, " "), err)
+	}
+	done := make(chan struct{})
+	p.cmd, p.done, p.err = cmd, done, nil
+	go func() {
+		err := cmd.Wait()
+		p.mu.Lock()
+		if p.cmd == cmd {
+			p.err = err
+		}
+		p.mu.Unlock()
+		fmt.Fprintf(&p.out, "=== run exited: %v\n", exitString(err))
+		close(done)
+	}()
+	return nil
+}
+
+func exitString(err error) string {
+	if err == nil {
+		return "status 0"
+	}
+	return err.Error()
+}
+
+// Pid is the process id of the current run.
+func (p *Process) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd.Process.Pid
+}
+
+// Exited is closed when the current run exits.
+func (p *Process) Exited() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
+}
+
+// Running reports whether the current run has not exited.
+func (p *Process) Running() bool {
+	select {
+	case <-p.Exited():
+		return false
+	default:
+		return true
+	}
+}
+
+// Err is the current run's exit error (nil for status 0), once it exited.
+func (p *Process) Err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+// Output is everything every run printed, each run under a header line.
+func (p *Process) Output() string { return p.out.String() }
+
+// Stop sends SIGTERM, waits up to StopGrace, then SIGKILL, and returns once
+// the process exited. Stopping a stopped process is a no-op. The error says
+// only whether it could be stopped; see Err for how it exited.
+func (p *Process) Stop() error {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("stop %s: %w", strings.Join(p.Argv, " "), err)
+	}
+	select {
+	case <-done:
+		return nil
+	case <-time.After(StopGrace):
+	}
+	fmt.Fprintf(&p.out, "=== no exit %v after SIGTERM: SIGKILL\n", StopGrace)
+	_ = cmd.Process.Kill()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(StopGrace):
+		return fmt.Errorf("stop %s: pid %d survived SIGKILL", strings.Join(p.Argv, " "), cmd.Process.Pid)
+	}
+}
+
+// Restart stops the process (if running) and starts it again with the same
+// command line, e.g. to check that a proxy restart does not drop traffic.
+func (p *Process) Restart() error {
+	if err := p.Stop(); err != nil {
+		return err
+	}
+	return p.start()
+}
+
+// Start starts argv in the node's namespace as a long-running process owned
+// by the lab: at teardown it is stopped, and its output is logged if the test
+// failed. It fails the test if the command cannot be started.
+func (n *Node) Start(t testing.TB, argv ...string) *Process {
+	t.Helper()
+	p, err := n.NS.Start(argv...)
+	if err != nil {
+		t.Fatalf("node %s: %v", n.Name, err)
+	}
+	n.lab.mu.Lock()
+	n.lab.procs = append(n.lab.procs, p)
+	n.lab.mu.Unlock()
+	return p
+}
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of a process's
+// stdout and stderr copiers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
