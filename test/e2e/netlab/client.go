@@ -112,7 +112,7 @@ func (h *Host) Dial(proto Protocol, dst netip.AddrPort, timeout time.Duration) R
 	err := h.Do(func() error {
 		// A literal address means the dialer connects from this goroutine,
 		// hence from this namespace.
-		d := net.Dialer{Deadline: deadline}
+		d := net.Dialer{Deadline: deadline, Control: recvErr}
 		c, err := d.DialContext(context.Background(), string(proto), dst.String())
 		conn = c
 		return err
@@ -126,15 +126,25 @@ func (h *Host) Dial(proto Protocol, dst netip.AddrPort, timeout time.Duration) R
 	defer conn.Close()
 	r.Local = addrPortOf(conn.LocalAddr())
 	_ = conn.SetDeadline(deadline)
+	var sendErr error
 	if proto == UDP {
 		if _, err := conn.Write([]byte("netlab\n")); err != nil {
-			return finish(r, start, fmt.Errorf("%s %s from %s: send: %w", proto, dst, h.Name, err))
+			if !errors.Is(err, syscall.EPERM) {
+				return finish(r, start, fmt.Errorf("%s %s from %s: send: %w", proto, dst, h.Name, err))
+			}
+			// The node's own OUTPUT hook dropped the datagram (a drop, or a
+			// reject, which also queues an ICMP error to this socket):
+			// reading tells which.
+			sendErr = err
 		}
 	}
 	line, err := bufio.NewReader(conn).ReadString('\n')
 	if err != nil {
 		if errors.Is(err, io.EOF) && line == "" {
 			err = fmt.Errorf("connection closed without an answer: %w", err)
+		}
+		if sendErr != nil {
+			err = fmt.Errorf("%w (after send: %v)", err, sendErr)
 		}
 		return finish(r, start, fmt.Errorf("%s %s from %s: read: %w", proto, dst, h.Name, err))
 	}
@@ -145,6 +155,31 @@ func (h *Host) Dial(proto Protocol, dst netip.AddrPort, timeout time.Duration) R
 	}
 	r.Outcome, r.Pod, r.Peer, r.Elapsed = OK, name, ap, time.Since(start)
 	return r
+}
+
+// recvErr sets IP_RECVERR / IPV6_RECVERR on a client socket. Without it, an
+// ICMP error that arrives while connect(2) still holds the socket (as happens
+// on veth, where the whole round trip runs in the sender's softirq) is only
+// recorded as a soft error, and TCP reports it at the next SYN retransmission,
+// a second later: a reject would look like a timeout. With it, the error is
+// also queued on the socket's error queue, which wakes the poller at once and
+// connect returns the error.
+func recvErr(network, _ string, c syscall.RawConn) error {
+	var serr error
+	err := c.Control(func(fd uintptr) {
+		if strings.HasSuffix(network, "6") {
+			serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IPV6, syscall.IPV6_RECVERR, 1)
+		} else {
+			serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, syscall.IP_RECVERR, 1)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("set RECVERR: %w", serr)
+	}
+	return nil
 }
 
 func finish(r Result, start time.Time, err error) Result {

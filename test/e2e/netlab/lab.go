@@ -242,8 +242,14 @@ func (l *Lab) newNetns(role string) (*Netns, error) {
 
 // Sysctls every namespace gets before its interfaces exist, so that
 // "default" applies to them: no IPv6 duplicate address detection (addresses
-// usable at once) and no router advertisements.
+// usable at once) and no router advertisements. And no ICMP rate limiting: a
+// test that sends a hundred connections to a rejecting service must see a
+// hundred rejections, not a burst of six and then what looks like drops.
 var baseSysctls = map[string]string{
+	"net.ipv4.icmp_ratelimit":          "0",
+	"net.ipv4.icmp_msgs_per_sec":       "1000000",
+	"net.ipv4.icmp_msgs_burst":         "1000000",
+	"net.ipv6.icmp.ratelimit":          "0",
 	"net.ipv6.conf.all.accept_dad":     "0",
 	"net.ipv6.conf.default.accept_dad": "0",
 	"net.ipv6.conf.all.accept_ra":      "0",

@@ -201,30 +201,52 @@ var (
 // currentRun returns this process's run id, taking the run lock on first use.
 func currentRun() (string, error) {
 	runOnce.Do(func() {
-		b := make([]byte, 3)
-		if _, err := rand.Read(b); err != nil {
-			runErr = fmt.Errorf("run id: %w", err)
-			return
+		for range 5 {
+			id, f, err := takeRunLock()
+			if err != nil {
+				runErr = err
+				return
+			}
+			if f != nil {
+				runID, runFile = id, f
+				return
+			}
 		}
-		runID = hex.EncodeToString(b)
-		if err := os.MkdirAll(lockDir, 0o755); err != nil {
-			runErr = fmt.Errorf("run lock: %w", err)
-			return
-		}
-		f, err := os.OpenFile(filepath.Join(lockDir, runID+".lock"), os.O_CREATE|os.O_RDWR, 0o644)
-		if err != nil {
-			runErr = fmt.Errorf("run lock: %w", err)
-			return
-		}
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			f.Close()
-			runErr = fmt.Errorf("run lock %s: %w", f.Name(), err)
-			return
-		}
-		fmt.Fprintf(f, "%d\n", os.Getpid())
-		runFile = f
+		runErr = errors.New("run lock: lost the race to sweepers 5 times")
 	})
 	return runID, runErr
+}
+
+// takeRunLock creates and locks a new run's lock file. It returns a nil file
+// if a sweeper removed the file between its creation and our flock (the
+// sweeper saw it unlocked): the caller then tries again with a new id.
+func takeRunLock() (string, *os.File, error) {
+	b := make([]byte, 3)
+	if _, err := rand.Read(b); err != nil {
+		return "", nil, fmt.Errorf("run id: %w", err)
+	}
+	id := hex.EncodeToString(b)
+	if err := os.MkdirAll(lockDir, 0o755); err != nil {
+		return "", nil, fmt.Errorf("run lock: %w", err)
+	}
+	path := filepath.Join(lockDir, id+".lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", nil, fmt.Errorf("run lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return "", nil, fmt.Errorf("run lock %s: %w", path, err)
+	}
+	// Still the file at path? Then no sweeper can take it from us any more.
+	held, err1 := f.Stat()
+	named, err2 := os.Stat(path)
+	if err1 != nil || err2 != nil || !os.SameFile(held, named) {
+		f.Close()
+		return "", nil, nil
+	}
+	fmt.Fprintf(f, "%d\n", os.Getpid())
+	return id, f, nil
 }
 
 // runOf extracts the run id from a namespace name "kpnl-<run>-...".
@@ -283,6 +305,23 @@ func Sweep() ([]string, error) {
 			continue
 		}
 		swept = append(swept, name)
+	}
+	// Binaries built by KpngBinary for dead runs.
+	if dir, err := binDir(); err == nil {
+		bins, _ := filepath.Glob(filepath.Join(dir, kpngBinaryPrefix+"*"))
+		for _, b := range bins {
+			run := strings.TrimPrefix(filepath.Base(b), kpngBinaryPrefix)
+			d, seen := dead[run]
+			if !seen {
+				d = !runAlive(run)
+				dead[run] = d
+			}
+			if d {
+				if err := os.Remove(b); err != nil {
+					errs = append(errs, fmt.Errorf("sweep %s: %w", b, err))
+				}
+			}
+		}
 	}
 	return swept, errors.Join(errs...)
 }

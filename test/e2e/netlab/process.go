@@ -167,17 +167,51 @@ func (n *Node) Start(t testing.TB, argv ...string) *Process {
 	return p
 }
 
+// WaitOutput waits until the process's output (of any run) contains substr,
+// e.g. a proxy's "synced" log line, and fails the test if that takes longer
+// than within. It wakes on every write, not on a timer.
+func (p *Process) WaitOutput(t testing.TB, substr string, within time.Duration) {
+	t.Helper()
+	timeout := time.After(within)
+	for {
+		out, changed := p.out.snapshot()
+		if strings.Contains(out, substr) {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatalf("process %s: no %q in its output within %v; output:\n%s", strings.Join(p.Argv, " "), substr, within, out)
+		}
+	}
+}
+
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of a process's
-// stdout and stderr copiers.
+// stdout and stderr copiers, that tells waiters about writes.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu      sync.Mutex
+	b       bytes.Buffer
+	changed chan struct{} // closed (and replaced) by each write
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
 	return s.b.Write(p)
+}
+
+// snapshot returns the content and a channel closed at the next write.
+func (s *syncBuffer) snapshot() (string, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.changed == nil {
+		s.changed = make(chan struct{})
+	}
+	return s.b.String(), s.changed
 }
 
 func (s *syncBuffer) String() string {
