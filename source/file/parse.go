@@ -136,7 +136,7 @@ func parseJSONStream(r io.Reader) (*Objects, []Problem, error) {
 func stripComments(data []byte) []byte {
 	var out []byte
 	for _, line := range bytes.Split(data, []byte("\n")) {
-		if t := bytes.TrimSpace(line); len(t) > 0 && t[0] != '#' {
+		if t := bytes.TrimSpace(line); len(t) > 0 && t[0] != '#' && !bytes.Equal(t, []byte("---")) {
 			out = append(out, line...)
 			out = append(out, '\n')
 		}
@@ -151,9 +151,11 @@ type typeMeta struct {
 }
 
 func parseDoc(doc int, data []byte, objs *Objects) []Problem {
-	js, err := yaml.YAMLToJSON(data)
+	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
-		return []Problem{{Doc: doc, Msg: fmt.Sprintf("not YAML or JSON: %v", err)}}
+		// Strict decoding also rejects duplicate keys, which would otherwise
+		// silently keep one of two values.
+		return []Problem{{Doc: doc, Msg: fmt.Sprintf("not valid YAML or JSON: %v", err)}}
 	}
 	var tm typeMeta
 	if err := json.Unmarshal(js, &tm); err != nil {
