@@ -162,7 +162,23 @@ func familyView(svc *globalv1.Service, eps []*globalv1.EndpointSlice, family loc
 		s.Ports = append(s.Ports, lp)
 	}
 	slices.SortFunc(view.Endpoints, compareEndpoints)
+	view.TriggerTimeUnixNano = triggerTime(eps, family)
 	return view
+}
+
+// triggerTime is the newest last-change-trigger-time of the family's slices.
+func triggerTime(eps []*globalv1.EndpointSlice, family localv1.IPFamily) int64 {
+	addrType := globalv1.AddressType_IPV4
+	if family == localv1.IPFamily_IPV6 {
+		addrType = globalv1.AddressType_IPV6
+	}
+	var t int64
+	for _, sl := range eps {
+		if sl.AddressType == addrType {
+			t = max(t, sl.TriggerTimeUnixNano)
+		}
+	}
+	return t
 }
 
 type portKey struct {

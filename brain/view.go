@@ -102,9 +102,11 @@ func (v *View) recompute(r cluster.Reader, key string, diff *Diff) {
 		next = ServiceView(svc, r.EndpointSlices(key), v.node, v.opts)
 	}
 	prev := v.services[key]
-	for _, n := range next {
-		if p := findFamily(prev, n.Service.Family); p == nil || !proto.Equal(p, n) {
+	for i, n := range next {
+		if p := findFamily(prev, n.Service.Family); p == nil || !SameContent(p, n) {
 			diff.Set = append(diff.Set, n)
+		} else {
+			next[i] = p // unchanged: keep the published message (and its trigger time)
 		}
 	}
 	for _, p := range prev {
@@ -117,6 +119,16 @@ func (v *View) recompute(r cluster.Reader, key string, diff *Diff) {
 	} else {
 		v.services[key] = next
 	}
+}
+
+// SameContent reports whether two entries are equal in everything but their
+// trigger time, which alone is never a change.
+func SameContent(a, b *localv1.ServiceEndpoints) bool {
+	if a.TriggerTimeUnixNano == b.TriggerTimeUnixNano {
+		return proto.Equal(a, b)
+	}
+	return proto.Equal(a.Service, b.Service) && slices.EqualFunc(a.Endpoints, b.Endpoints,
+		func(x, y *localv1.Endpoint) bool { return proto.Equal(x, y) })
 }
 
 func findFamily(list []*localv1.ServiceEndpoints, f localv1.IPFamily) *localv1.ServiceEndpoints {

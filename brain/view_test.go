@@ -220,3 +220,26 @@ func BenchmarkOneEndpointChange10kServices(b *testing.B) {
 		}
 	}
 }
+
+// A trigger time travels with a change but is never a change by itself.
+func TestTriggerTimeIsCarriedNotCounted(t *testing.T) {
+	s := cluster.NewStore()
+	testCluster(s, 3, 3)
+	v := NewView(Options{NodeName: "node-0"})
+	update(v, s)
+
+	sl := testSlice(1, 3, 0)
+	sl.TriggerTimeUnixNano = 1000
+	s.Update(func(tx *cluster.Tx) { tx.SetEndpointSlice(sl) })
+	if d := update(v, s); !d.Empty() || v.Revision() != 1 {
+		t.Fatalf("a new trigger time alone changed the view: %v, rev %d", d, v.Revision())
+	}
+
+	sl = testSlice(1, 3, 1)
+	sl.TriggerTimeUnixNano = 2000
+	s.Update(func(tx *cluster.Tx) { tx.SetEndpointSlice(sl) })
+	d := update(v, s)
+	if len(d.Set) != 1 || d.Set[0].TriggerTimeUnixNano != 2000 || v.Revision() != 2 {
+		t.Fatalf("a real change: diff %v, rev %d; want the entry with trigger time 2000 at rev 2", d, v.Revision())
+	}
+}

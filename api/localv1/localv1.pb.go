@@ -235,9 +235,15 @@ type ServiceEndpoints struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Service *Service               `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
 	// Sorted by (port name, protocol, ip, port).
-	Endpoints     []*Endpoint `protobuf:"bytes,2,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Endpoints []*Endpoint `protobuf:"bytes,2,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	// The newest endpoints.kubernetes.io/last-change-trigger-time of the
+	// Service's EndpointSlices of this family, in Unix nanoseconds (0: none),
+	// for kube-proxy's network_programming_duration_seconds. It is carried
+	// along with a change but is never a change by itself: an entry whose only
+	// difference is this field is not republished.
+	TriggerTimeUnixNano int64 `protobuf:"varint,3,opt,name=trigger_time_unix_nano,json=triggerTimeUnixNano,proto3" json:"trigger_time_unix_nano,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *ServiceEndpoints) Reset() {
@@ -282,6 +288,13 @@ func (x *ServiceEndpoints) GetEndpoints() []*Endpoint {
 		return x.Endpoints
 	}
 	return nil
+}
+
+func (x *ServiceEndpoints) GetTriggerTimeUnixNano() int64 {
+	if x != nil {
+		return x.TriggerTimeUnixNano
+	}
+	return 0
 }
 
 // Service is a Service as seen by the proxier of one IP family.
@@ -747,10 +760,11 @@ var File_api_localv1_localv1_proto protoreflect.FileDescriptor
 
 const file_api_localv1_localv1_proto_rawDesc = "" +
 	"\n" +
-	"\x19api/localv1/localv1.proto\x12\fkpng.localv1\"y\n" +
+	"\x19api/localv1/localv1.proto\x12\fkpng.localv1\"\xae\x01\n" +
 	"\x10ServiceEndpoints\x12/\n" +
 	"\aservice\x18\x01 \x01(\v2\x15.kpng.localv1.ServiceR\aservice\x124\n" +
-	"\tendpoints\x18\x02 \x03(\v2\x16.kpng.localv1.EndpointR\tendpoints\"\x94\x05\n" +
+	"\tendpoints\x18\x02 \x03(\v2\x16.kpng.localv1.EndpointR\tendpoints\x123\n" +
+	"\x16trigger_time_unix_nano\x18\x03 \x01(\x03R\x13triggerTimeUnixNano\"\x94\x05\n" +
 	"\aService\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12.\n" +
