@@ -223,12 +223,14 @@ func (s *Store) Update(fn func(tx *Tx)) {
 }
 
 // MarkSynced says the source has delivered a complete state; consumers wait
-// for it so that they never publish a partial view.
+// for it so that they never publish a partial view. Becoming synced moves
+// the revision, so that Wait returns even for an empty cluster.
 func (s *Store) MarkSynced() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.synced {
 		s.synced = true
+		s.rev++
 		s.wakeLocked()
 	}
 }

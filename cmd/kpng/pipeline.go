@@ -88,5 +88,5 @@ func sinkCommands(source func() (stage, error)) []*cobra.Command {
 	toFileCmd.Flags().BoolVar(&toFile.Follow, "follow", false,
 		"keep writing: a document per revision of the view (JSON: one line each)")
 
-	return []*cobra.Command{toFileCmd}
+	return []*cobra.Command{toFileCmd, toLocalCommand(source)}
 }

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+
+	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/brain"
+	"github.com/kpng/kpng/cluster"
+)
+
+// feedRunner runs drive with a feed of one node's view, and returns when
+// drive returns or the feed's producer fails.
+type feedRunner func(ctx context.Context, drive func(context.Context, backend.Feed) error) error
+
+// toLocalCommand is the sink that computes a node's view in this process and
+// hands it to a backend: kpng <source> ... to-local --node-name N to-<backend>.
+func toLocalCommand(source func() (stage, error)) *cobra.Command {
+	opts := &brain.Options{}
+	cmd := &cobra.Command{
+		Use:   "to-local <backend>",
+		Short: "Compute a node's view in this process and run a dataplane backend with it",
+		Args:  cobra.NoArgs,
+	}
+	nodeFlags(cmd.PersistentFlags(), opts)
+	cmd.AddCommand(backendCommands(func() string { return opts.NodeName },
+		func(ctx context.Context, drive func(context.Context, backend.Feed) error) error {
+			src, err := source()
+			if err != nil {
+				return err
+			}
+			return run(ctx, src, stageFunc(func(ctx context.Context, store *cluster.Store) error {
+				return drive(ctx, backend.NewLocalFeed(store, *opts))
+			}))
+		})...)
+	return cmd
+}
+
+// stageFunc adapts a function to stage.
+type stageFunc func(ctx context.Context, store *cluster.Store) error
+
+func (f stageFunc) Run(ctx context.Context, store *cluster.Store) error { return f(ctx, store) }
+
+// backendCommands returns a to-<name> command for every registered backend,
+// fed by runFeed. The same commands serve every feed (in-process or gRPC),
+// so a backend cannot tell which one feeds it.
+func backendCommands(nodeName func() string, runFeed feedRunner) []*cobra.Command {
+	var cmds []*cobra.Command
+	for _, reg := range backend.Registered() {
+		plugin := reg.New()
+		var cleanup bool
+		cmd := &cobra.Command{
+			Use:   "to-" + reg.Name,
+			Short: reg.Short,
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				ctx := cmd.Context()
+				if cleanup {
+					return plugin.(backend.Cleaner).Cleanup(ctx)
+				}
+				node := nodeName()
+				if node == "" {
+					return errors.New("--node-name is required (the host name could not be read)")
+				}
+				b, err := plugin.Open(ctx, backend.Env{NodeName: node})
+				if err != nil {
+					return fmt.Errorf("%s: %w", reg.Name, err)
+				}
+				var opts backend.Options
+				if t, ok := plugin.(backend.Tuner); ok {
+					opts = t.RunOptions()
+				}
+				klog.FromContext(ctx).Info("Starting backend", "backend", reg.Name, "node", node)
+				return runFeed(ctx, func(ctx context.Context, feed backend.Feed) error {
+					return backend.Run(ctx, feed, b, opts)
+				})
+			},
+		}
+		plugin.BindFlags(cmd.Flags())
+		if _, ok := plugin.(backend.Cleaner); ok {
+			cmd.Flags().BoolVar(&cleanup, "cleanup", false, "remove everything this backend created in the kernel, then exit")
+		}
+		cmds = append(cmds, cmd)
+	}
+	return cmds
+}
