@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# test.sh is kpng's whole test suite, as CI runs it (.ci/run) and as the
+# README tells you to run it. On a fresh Debian machine with Go, as root:
+#
+#   1. installs what the tests run against (hack/install-test-deps.sh:
+#      etcd, nftables, iptables, conntrack, kube-apiserver built and cached);
+#   2. checks gofmt and go vet (with every build tag);
+#   3. runs every test once, with the race detector: unit tests, tests
+#      against the real API server (build tag "integration") and real-packet
+#      tests in network namespaces (build tag "e2e", needs root).
+#
+# Extra arguments go to go test, e.g. hack/test.sh -run TestClusterIP.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${root}"
+log() { printf '\n=== %s\n' "$*"; }
+
+if [[ $(id -u) -ne 0 ]]; then
+	echo "test.sh: the e2e tests create network namespaces and need root; run as root (e.g. sudo)" >&2
+	exit 1
+fi
+
+log "installing test dependencies"
+hack/install-test-deps.sh
+
+tags=integration,e2e
+
+log "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [[ -n ${unformatted} ]]; then
+	echo "not gofmt-formatted:" >&2
+	echo "${unformatted}" >&2
+	exit 1
+fi
+
+log "go vet"
+go vet -tags "${tags}" ./...
+
+log "go test (unit, integration, e2e; race detector on)"
+go test -race -tags "${tags}" -timeout 60m "$@" ./...
+
+log "all tests passed"
