@@ -70,6 +70,11 @@ type State struct {
 	Revision uint64
 	// Services is the view, by key.
 	Services map[ServiceKey]*localv1.ServiceEndpoints
+	// Node is this node's addresses, pod CIDRs and zone; nil while the Node
+	// object is unknown.
+	Node *localv1.Node
+	// ServiceCIDRs are the ranges cluster IPs come from (sorted).
+	ServiceCIDRs []string
 }
 
 // NewState returns an empty state for a node.
@@ -102,15 +107,17 @@ type Changes struct {
 	// in at most one of them. Both are sorted.
 	Set     []ServiceKey
 	Deleted []ServiceKey
+	// NodeChanged: State.Node or State.ServiceCIDRs changed.
+	NodeChanged bool
 }
 
 // Empty reports whether nothing changed and nothing is asked.
 func (c Changes) Empty() bool {
-	return !c.Reset && !c.Resync && len(c.Set) == 0 && len(c.Deleted) == 0
+	return !c.Reset && !c.Resync && !c.NodeChanged && len(c.Set) == 0 && len(c.Deleted) == 0
 }
 
 func (c Changes) String() string {
-	return fmt.Sprintf("reset=%v resync=%v set=%d deleted=%d", c.Reset, c.Resync, len(c.Set), len(c.Deleted))
+	return fmt.Sprintf("reset=%v resync=%v node=%v set=%d deleted=%d", c.Reset, c.Resync, c.NodeChanged, len(c.Set), len(c.Deleted))
 }
 
 // Backend is a dataplane in the full-state style.

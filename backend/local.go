@@ -40,7 +40,8 @@ func (f *LocalFeed) Next(ctx context.Context) (*State, Changes, error) {
 			continue
 		}
 		f.delivered = true // even an empty cluster is a view to deliver
-		var ch Changes
+		ch := Changes{NodeChanged: d.NodeChanged}
+		f.state.Node, f.state.ServiceCIDRs = f.view.Node(), f.view.ServiceCIDRs()
 		for _, se := range d.Set {
 			k := KeyOf(se)
 			f.state.Services[k] = se

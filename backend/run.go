@@ -137,7 +137,7 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 
 // merge folds the changes b that happened after a into one Changes.
 func merge(a, b Changes) Changes {
-	out := Changes{Reset: a.Reset || b.Reset, Resync: a.Resync || b.Resync}
+	out := Changes{Reset: a.Reset || b.Reset, Resync: a.Resync || b.Resync, NodeChanged: a.NodeChanged || b.NodeChanged}
 	if out.Reset {
 		return out // a reset re-reads the whole state anyway
 	}

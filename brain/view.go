@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kpng/kpng/api/globalv1"
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/cluster"
 )
@@ -21,6 +22,8 @@ type View struct {
 	storeRev uint64
 	rev      uint64
 	services map[string][]*localv1.ServiceEndpoints // by service key, per family
+	nodeInfo *localv1.Node                          // nil until the Node is known
+	cidrs    []string                               // service CIDRs
 	stats    ViewStats
 }
 
@@ -39,10 +42,13 @@ type ViewStats struct {
 type Diff struct {
 	Set     []*localv1.ServiceEndpoints
 	Deleted []*localv1.ServiceEndpoints // the last value of each deleted entry
+	// NodeChanged: this node's addresses, pod CIDRs or zone, or the
+	// service CIDRs, changed (see View.Node and View.ServiceCIDRs).
+	NodeChanged bool
 }
 
 // Empty reports whether the diff changes nothing.
-func (d Diff) Empty() bool { return len(d.Set) == 0 && len(d.Deleted) == 0 }
+func (d Diff) Empty() bool { return len(d.Set) == 0 && len(d.Deleted) == 0 && !d.NodeChanged }
 
 // NewView returns an empty view for a node.
 func NewView(opts Options) *View {
@@ -60,6 +66,7 @@ func (v *View) Update(r cluster.Reader) Diff {
 		return Diff{}
 	}
 	full := v.storeRev == 0
+	nodeDirty := full
 	dirty := map[string]bool{}
 	if !full {
 		complete := r.ChangesSince(v.storeRev, func(c cluster.Change) {
@@ -67,12 +74,18 @@ func (v *View) Update(r cluster.Reader) Diff {
 			case cluster.ServiceChanged:
 				dirty[c.Key] = true
 			case cluster.NodeChanged:
-				if c.Key == v.opts.NodeName && NodeFrom(v.opts.NodeName, r.Node(c.Key)) != v.node {
-					full = true
+				if c.Key == v.opts.NodeName {
+					nodeDirty = true
+					if NodeFrom(v.opts.NodeName, r.Node(c.Key)) != v.node {
+						full = true
+					}
 				}
+			case cluster.ServiceCIDRChanged:
+				nodeDirty = true
 			}
 		})
 		full = full || !complete
+		nodeDirty = nodeDirty || !complete
 	}
 	v.storeRev = r.Revision()
 	v.node = NodeFrom(v.opts.NodeName, r.Node(v.opts.NodeName))
@@ -85,6 +98,9 @@ func (v *View) Update(r cluster.Reader) Diff {
 		r.ServiceKeys(func(k string) { dirty[k] = true })
 	}
 	var diff Diff
+	if nodeDirty {
+		diff.NodeChanged = v.updateNode(r)
+	}
 	for key := range dirty {
 		v.stats.Recomputed++
 		v.recompute(r, key, &diff)
@@ -95,6 +111,29 @@ func (v *View) Update(r cluster.Reader) Diff {
 	}
 	return diff
 }
+
+// updateNode refreshes the node facts and service CIDRs, and reports
+// whether they changed.
+func (v *View) updateNode(r cluster.Reader) bool {
+	var info *localv1.Node
+	if n := r.Node(v.opts.NodeName); n != nil {
+		info = &localv1.Node{Name: n.Name, Zone: n.Zone, Addresses: n.Addresses, PodCidrs: n.PodCidrs}
+	}
+	var cidrs []string
+	r.ServiceCIDRs(func(c *globalv1.ServiceCIDR) { cidrs = append(cidrs, c.Cidrs...) })
+	slices.Sort(cidrs)
+	cidrs = slices.Compact(cidrs)
+	changed := !proto.Equal(info, v.nodeInfo) || !slices.Equal(cidrs, v.cidrs)
+	v.nodeInfo, v.cidrs = info, cidrs
+	return changed
+}
+
+// Node returns this node's facts, or nil while the Node is unknown. The
+// message is shared: treat it as read-only.
+func (v *View) Node() *localv1.Node { return v.nodeInfo }
+
+// ServiceCIDRs returns the service CIDRs (sorted, shared: read-only).
+func (v *View) ServiceCIDRs() []string { return v.cidrs }
 
 func (v *View) recompute(r cluster.Reader, key string, diff *Diff) {
 	var next []*localv1.ServiceEndpoints
@@ -149,7 +188,7 @@ func (v *View) Stats() ViewStats { return v.stats }
 // State returns the whole view, sorted by namespace, name and family. The
 // messages are shared with the view: treat them as read-only.
 func (v *View) State() *localv1.NodeState {
-	st := &localv1.NodeState{NodeName: v.opts.NodeName, Revision: v.rev}
+	st := &localv1.NodeState{NodeName: v.opts.NodeName, Revision: v.rev, Node: v.nodeInfo, ServiceCidrs: v.cidrs}
 	for _, list := range v.services {
 		st.Services = append(st.Services, list...)
 	}

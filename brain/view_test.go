@@ -109,14 +109,14 @@ func TestViewRevisionMovesOnlyOnChange(t *testing.T) {
 		t.Errorf("identical write moved the store revision")
 	}
 	// This node's own zone changes: a full recompute, but no endpoint has
-	// hints, so nothing in the view changes.
+	// hints, so no service changes; only the node facts do.
 	s.Update(func(tx *cluster.Tx) { tx.SetNode(&globalv1.Node{Name: "node-0", Zone: "zone-9"}) })
-	if d := update(v, s); !d.Empty() || v.Revision() != 1 || v.Stats().FullRecomputes != 2 {
+	if d := update(v, s); len(d.Set)+len(d.Deleted) != 0 || !d.NodeChanged || v.Revision() != 2 || v.Stats().FullRecomputes != 2 {
 		t.Errorf("zone change: diff %v rev %d stats %+v", d, v.Revision(), v.Stats())
 	}
 	// Deleting a service deletes it from the view.
 	s.Update(func(tx *cluster.Tx) { tx.DeleteService("ns", "svc-1") })
-	if d := update(v, s); len(d.Deleted) != 1 || d.Deleted[0].Service.Name != "svc-1" || v.Revision() != 2 {
+	if d := update(v, s); len(d.Deleted) != 1 || d.Deleted[0].Service.Name != "svc-1" || v.Revision() != 3 {
 		t.Errorf("delete: diff %v rev %d", d, v.Revision())
 	}
 }
@@ -241,5 +241,46 @@ func TestTriggerTimeIsCarriedNotCounted(t *testing.T) {
 	d := update(v, s)
 	if len(d.Set) != 1 || d.Set[0].TriggerTimeUnixNano != 2000 || v.Revision() != 2 {
 		t.Fatalf("a real change: diff %v, rev %d; want the entry with trigger time 2000 at rev 2", d, v.Revision())
+	}
+}
+
+// The node's own facts and the service CIDRs are part of the view: a change
+// of either is a change without recomputing any service; another node's is
+// not a change at all.
+func TestNodeFactsAndServiceCIDRs(t *testing.T) {
+	s := cluster.NewStore()
+	testCluster(s, 5, 3)
+	v := NewView(Options{NodeName: "node-0"})
+	update(v, s)
+	if n := v.Node(); n == nil || n.Zone != "zone-0" {
+		t.Fatalf("node facts after the first update: %v", n)
+	}
+	recomputed := v.Stats().Recomputed
+
+	s.Update(func(tx *cluster.Tx) {
+		tx.SetNode(&globalv1.Node{Name: "node-0", Zone: "zone-0", Addresses: []string{"192.0.2.10"}, PodCidrs: []string{"10.244.0.0/24"}})
+	})
+	if d := update(v, s); !d.NodeChanged || len(d.Set) != 0 || v.Revision() != 2 || v.Node().Addresses[0] != "192.0.2.10" {
+		t.Errorf("address change: diff %v rev %d node %v", d, v.Revision(), v.Node())
+	}
+	s.Update(func(tx *cluster.Tx) {
+		tx.SetServiceCIDR(&globalv1.ServiceCIDR{Name: "b", Cidrs: []string{"fd00:96::/112", "10.96.0.0/16"}})
+		tx.SetServiceCIDR(&globalv1.ServiceCIDR{Name: "a", Cidrs: []string{"10.96.0.0/16"}})
+	})
+	if d := update(v, s); !d.NodeChanged || v.Revision() != 3 {
+		t.Errorf("service CIDRs: diff %v rev %d", d, v.Revision())
+	}
+	if got := v.ServiceCIDRs(); len(got) != 2 || got[0] != "10.96.0.0/16" || got[1] != "fd00:96::/112" {
+		t.Errorf("service CIDRs = %v, want the sorted union without duplicates", got)
+	}
+	s.Update(func(tx *cluster.Tx) { tx.SetNode(&globalv1.Node{Name: "node-3", Addresses: []string{"192.0.2.13"}}) })
+	if d := update(v, s); !d.Empty() || v.Revision() != 3 {
+		t.Errorf("another node moved this view: %v rev %d", d, v.Revision())
+	}
+	if v.Stats().Recomputed != recomputed {
+		t.Errorf("node facts recomputed services: %d -> %d", recomputed, v.Stats().Recomputed)
+	}
+	if st := v.State(); st.Node.GetName() != "node-0" || len(st.ServiceCidrs) != 2 {
+		t.Errorf("State() lacks the node facts: %v %v", st.Node, st.ServiceCidrs)
 	}
 }

@@ -693,6 +693,80 @@ func (x *Endpoint) GetInLocalSet() bool {
 	return false
 }
 
+// Node is the node itself, as its dataplane needs it.
+type Node struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The topology.kubernetes.io/zone label ("" when absent).
+	Zone string `protobuf:"bytes,2,opt,name=zone,proto3" json:"zone,omitempty"`
+	// The Node's InternalIP and ExternalIP addresses, in the Node's order: the
+	// first of each family is the node's primary IP in that family (what
+	// `--nodeport-addresses primary` means).
+	Addresses []string `protobuf:"bytes,3,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	// spec.podCIDRs (for local-traffic detection by node CIDR).
+	PodCidrs      []string `protobuf:"bytes,4,rep,name=pod_cidrs,json=podCidrs,proto3" json:"pod_cidrs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Node) Reset() {
+	*x = Node{}
+	mi := &file_api_localv1_localv1_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Node) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Node) ProtoMessage() {}
+
+func (x *Node) ProtoReflect() protoreflect.Message {
+	mi := &file_api_localv1_localv1_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Node.ProtoReflect.Descriptor instead.
+func (*Node) Descriptor() ([]byte, []int) {
+	return file_api_localv1_localv1_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Node) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Node) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *Node) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+func (x *Node) GetPodCidrs() []string {
+	if x != nil {
+		return x.PodCidrs
+	}
+	return nil
+}
+
 // NodeState is a node's complete view at one revision, as `to-file` writes it.
 type NodeState struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -700,14 +774,19 @@ type NodeState struct {
 	// Moves only when the view's content changes.
 	Revision uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	// Sorted by (namespace, name, family).
-	Services      []*ServiceEndpoints `protobuf:"bytes,3,rep,name=services,proto3" json:"services,omitempty"`
+	Services []*ServiceEndpoints `protobuf:"bytes,3,rep,name=services,proto3" json:"services,omitempty"`
+	// This node (unset until the Node object is known).
+	Node *Node `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	// The ranges cluster IPs are allocated from (every ServiceCIDR's CIDRs,
+	// sorted, without duplicates), for dropping traffic to unallocated IPs.
+	ServiceCidrs  []string `protobuf:"bytes,5,rep,name=service_cidrs,json=serviceCidrs,proto3" json:"service_cidrs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeState) Reset() {
 	*x = NodeState{}
-	mi := &file_api_localv1_localv1_proto_msgTypes[4]
+	mi := &file_api_localv1_localv1_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +798,7 @@ func (x *NodeState) String() string {
 func (*NodeState) ProtoMessage() {}
 
 func (x *NodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_api_localv1_localv1_proto_msgTypes[4]
+	mi := &file_api_localv1_localv1_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -732,7 +811,7 @@ func (x *NodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeState.ProtoReflect.Descriptor instead.
 func (*NodeState) Descriptor() ([]byte, []int) {
-	return file_api_localv1_localv1_proto_rawDescGZIP(), []int{4}
+	return file_api_localv1_localv1_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *NodeState) GetNodeName() string {
@@ -752,6 +831,20 @@ func (x *NodeState) GetRevision() uint64 {
 func (x *NodeState) GetServices() []*ServiceEndpoints {
 	if x != nil {
 		return x.Services
+	}
+	return nil
+}
+
+func (x *NodeState) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *NodeState) GetServiceCidrs() []string {
+	if x != nil {
+		return x.ServiceCidrs
 	}
 	return nil
 }
@@ -805,11 +898,18 @@ const file_api_localv1_localv1_proto_rawDesc = "" +
 	"onThisNode\x12$\n" +
 	"\x0ein_cluster_set\x18\v \x01(\bR\finClusterSet\x12 \n" +
 	"\fin_local_set\x18\f \x01(\bR\n" +
-	"inLocalSet\"\x80\x01\n" +
+	"inLocalSet\"i\n" +
+	"\x04Node\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04zone\x18\x02 \x01(\tR\x04zone\x12\x1c\n" +
+	"\taddresses\x18\x03 \x03(\tR\taddresses\x12\x1b\n" +
+	"\tpod_cidrs\x18\x04 \x03(\tR\bpodCidrs\"\xcd\x01\n" +
 	"\tNodeState\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12:\n" +
-	"\bservices\x18\x03 \x03(\v2\x1e.kpng.localv1.ServiceEndpointsR\bservices*9\n" +
+	"\bservices\x18\x03 \x03(\v2\x1e.kpng.localv1.ServiceEndpointsR\bservices\x12&\n" +
+	"\x04node\x18\x04 \x01(\v2\x12.kpng.localv1.NodeR\x04node\x12#\n" +
+	"\rservice_cidrs\x18\x05 \x03(\tR\fserviceCidrs*9\n" +
 	"\bIPFamily\x12\x19\n" +
 	"\x15IP_FAMILY_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04IPV4\x10\x01\x12\b\n" +
@@ -842,7 +942,7 @@ func file_api_localv1_localv1_proto_rawDescGZIP() []byte {
 }
 
 var file_api_localv1_localv1_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_api_localv1_localv1_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_api_localv1_localv1_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_api_localv1_localv1_proto_goTypes = []any{
 	(IPFamily)(0),            // 0: kpng.localv1.IPFamily
 	(Protocol)(0),            // 1: kpng.localv1.Protocol
@@ -852,7 +952,8 @@ var file_api_localv1_localv1_proto_goTypes = []any{
 	(*Service)(nil),          // 5: kpng.localv1.Service
 	(*ServicePort)(nil),      // 6: kpng.localv1.ServicePort
 	(*Endpoint)(nil),         // 7: kpng.localv1.Endpoint
-	(*NodeState)(nil),        // 8: kpng.localv1.NodeState
+	(*Node)(nil),             // 8: kpng.localv1.Node
+	(*NodeState)(nil),        // 9: kpng.localv1.NodeState
 }
 var file_api_localv1_localv1_proto_depIdxs = []int32{
 	5,  // 0: kpng.localv1.ServiceEndpoints.service:type_name -> kpng.localv1.Service
@@ -865,11 +966,12 @@ var file_api_localv1_localv1_proto_depIdxs = []int32{
 	1,  // 7: kpng.localv1.ServicePort.protocol:type_name -> kpng.localv1.Protocol
 	1,  // 8: kpng.localv1.Endpoint.protocol:type_name -> kpng.localv1.Protocol
 	4,  // 9: kpng.localv1.NodeState.services:type_name -> kpng.localv1.ServiceEndpoints
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	8,  // 10: kpng.localv1.NodeState.node:type_name -> kpng.localv1.Node
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_api_localv1_localv1_proto_init() }
@@ -883,7 +985,7 @@ func file_api_localv1_localv1_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_localv1_localv1_proto_rawDesc), len(file_api_localv1_localv1_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
