@@ -33,6 +33,10 @@ type Options struct {
 	// RetryPeriod is the first wait after a failed sync; it doubles on each
 	// further failure up to ResyncPeriod (or a minute). Zero means a second.
 	RetryPeriod time.Duration
+	// OnQueued, if set, is called when the feed delivers a change, before it
+	// is synced (for kube-proxy's last_queued_timestamp and
+	// *_changes_pending metrics, and the /healthz staleness check).
+	OnQueued func(state *State, changes Changes)
 	// OnSync, if set, is called after each sync with its outcome.
 	OnSync func(SyncResult)
 }
@@ -75,6 +79,9 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 		case err == nil:
 			state = st
 			pending = merge(pending, ch)
+			if opts.OnQueued != nil {
+				opts.OnQueued(st, ch)
+			}
 		case ctx.Err() != nil:
 			return nil
 		case deadline && errors.Is(err, context.DeadlineExceeded):
@@ -104,6 +111,9 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 					return err
 				}
 				state, pending = st, merge(pending, ch)
+				if opts.OnQueued != nil {
+					opts.OnQueued(st, ch)
+				}
 			}
 		}
 
