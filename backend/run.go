@@ -43,6 +43,8 @@ type Options struct {
 
 // SyncResult describes one call of Sync.
 type SyncResult struct {
+	// State is the state synced (valid during the OnSync call only).
+	State    *State
 	Revision uint64
 	Changes  Changes
 	Start    time.Time
@@ -118,7 +120,7 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 		}
 
 		lastStart = time.Now()
-		res := SyncResult{Revision: state.Revision, Changes: pending, Start: lastStart}
+		res := SyncResult{State: state, Revision: state.Revision, Changes: pending, Start: lastStart}
 		res.Err = b.Sync(ctx, state, pending)
 		res.Duration = time.Since(lastStart)
 		if opts.OnSync != nil {
