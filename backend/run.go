@@ -66,6 +66,7 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 	var lastStart time.Time
 	var due time.Time // a retry or a resync
 	failures := 0
+	synced := false // a sync has succeeded
 	for {
 		// Wait for a change, or for the due time of a retry or resync.
 		waitCtx, cancel := ctx, context.CancelFunc(func() {})
@@ -137,10 +138,15 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 			due = time.Now().Add(wait)
 			continue
 		}
-		if failures > 0 {
-			log.Info("Sync succeeded again", "revision", state.Revision, "failures", failures)
+		switch {
+		case !synced:
+			log.Info("Dataplane synced", "revision", state.Revision, "services", len(state.Services), "took", res.Duration)
+		case failures > 0:
+			log.Info("Dataplane synced again", "revision", state.Revision, "failures", failures)
+		default:
+			log.V(2).Info("Dataplane synced", "revision", state.Revision, "changes", pending.String(), "took", res.Duration)
 		}
-		log.V(2).Info("Synced", "revision", state.Revision, "changes", pending.String(), "took", res.Duration)
+		synced = true
 		failures = 0
 		due = time.Time{}
 		pending = Changes{}

@@ -1,0 +1,337 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kpng/kpng/api/globalv1"
+	"github.com/kpng/kpng/api/localv1"
+	"github.com/kpng/kpng/brain"
+	"github.com/kpng/kpng/cluster"
+)
+
+// call is one Sync as a recording backend saw it.
+type call struct {
+	rev      uint64
+	services []string // keys in the state
+	changes  Changes
+}
+
+// recorder is a Backend that records its calls and can be made to block or
+// fail.
+type recorder struct {
+	mu    sync.Mutex
+	calls []call
+	gate  chan struct{} // if set, each Sync waits for a receive
+	fail  int           // the next fail calls return an error
+	got   chan call
+}
+
+func newRecorder() *recorder { return &recorder{got: make(chan call, 100)} }
+
+func (r *recorder) Sync(ctx context.Context, st *State, ch Changes) error {
+	if r.gate != nil {
+		select {
+		case <-r.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	c := call{rev: st.Revision, changes: ch}
+	for _, se := range st.Sorted() {
+		c.services = append(c.services, KeyOf(se).String())
+	}
+	r.mu.Lock()
+	r.calls = append(r.calls, c)
+	failNow := r.fail > 0
+	if failNow {
+		r.fail--
+	}
+	r.mu.Unlock()
+	r.got <- c
+	if failNow {
+		return errors.New("injected failure")
+	}
+	return nil
+}
+
+func (r *recorder) next(t *testing.T) call {
+	t.Helper()
+	select {
+	case c := <-r.got:
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatal("no Sync within 10s")
+		return call{}
+	}
+}
+
+func service(name string, ips ...string) *globalv1.Service {
+	return &globalv1.Service{
+		Namespace: "ns", Name: name, Type: globalv1.ServiceType_CLUSTER_IP, ClusterIps: ips,
+		Ports: []*globalv1.ServicePort{{Name: "http", Protocol: globalv1.Protocol_TCP, Port: 80, TargetPort: 8080}},
+	}
+}
+
+func slice(svc, name string, ips ...string) *globalv1.EndpointSlice {
+	sl := &globalv1.EndpointSlice{
+		Namespace: "ns", Name: name, ServiceName: svc, AddressType: globalv1.AddressType_IPV4,
+		Ports: []*globalv1.EndpointPort{{Name: proto.String("http"), Protocol: globalv1.Protocol_TCP, Port: 8080}},
+	}
+	for _, ip := range ips {
+		sl.Endpoints = append(sl.Endpoints, &globalv1.Endpoint{Addresses: []string{ip}})
+	}
+	return sl
+}
+
+// start runs rec from a LocalFeed over store until the test ends.
+func start(t *testing.T, store *cluster.Store, b Backend, opts Options) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, NewLocalFeed(store, brain.Options{NodeName: "n1"}), b, opts) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
+func TestEmptyClusterIsAView(t *testing.T) {
+	store := cluster.NewStore()
+	rec := newRecorder()
+	start(t, store, rec, Options{})
+	store.MarkSynced()
+	c := rec.next(t)
+	if !c.changes.Reset || len(c.services) != 0 {
+		t.Fatalf("first sync of an empty cluster: %+v", c)
+	}
+}
+
+func TestNothingBeforeTheSourceSynced(t *testing.T) {
+	store := cluster.NewStore()
+	rec := newRecorder()
+	start(t, store, rec, Options{})
+	store.Update(func(tx *cluster.Tx) { tx.SetService(service("a", "10.96.0.1")) })
+	select {
+	case c := <-rec.got:
+		t.Fatalf("synced a partial state: %+v", c)
+	case <-time.After(50 * time.Millisecond):
+	}
+	store.Update(func(tx *cluster.Tx) { tx.SetService(service("b", "10.96.0.2")) })
+	store.MarkSynced()
+	if c := rec.next(t); !slices.Equal(c.services, []string{"ns/a/v4", "ns/b/v4"}) || !c.changes.Reset {
+		t.Fatalf("first sync: %+v", c)
+	}
+}
+
+// While a Sync runs, changes accumulate and arrive as one batch.
+func TestSlowBackendGetsCoalescedChanges(t *testing.T) {
+	store := cluster.NewStore()
+	rec := newRecorder()
+	rec.gate = make(chan struct{})
+	start(t, store, rec, Options{})
+	store.Update(func(tx *cluster.Tx) {
+		tx.SetService(service("a", "10.96.0.1"))
+		tx.SetService(service("gone", "10.96.0.9"))
+	})
+	store.MarkSynced()
+	rec.gate <- struct{}{}
+	rec.next(t)
+
+	// The second Sync blocks in the gate while three more revisions land.
+	store.Update(func(tx *cluster.Tx) { tx.SetService(service("b", "10.96.0.2")) })
+	time.Sleep(20 * time.Millisecond) // let Run enter Sync with the first change
+	store.Update(func(tx *cluster.Tx) { tx.SetEndpointSlice(slice("a", "a-1", "10.0.0.1")) })
+	store.Update(func(tx *cluster.Tx) { tx.DeleteService("ns", "gone") })
+	store.Update(func(tx *cluster.Tx) { tx.SetService(service("c", "10.96.0.3")) })
+	rec.gate <- struct{}{}
+	first := rec.next(t)
+	rec.gate <- struct{}{}
+	second := rec.next(t)
+
+	v4 := localv1.IPFamily_IPV4
+	all := merge(first.changes, second.changes)
+	if want := []ServiceKey{{"ns", "a", v4}, {"ns", "b", v4}, {"ns", "c", v4}}; !slices.Equal(all.Set, want) {
+		t.Errorf("set over both syncs = %v, want %v", all.Set, want)
+	}
+	if want := []ServiceKey{{"ns", "gone", v4}}; !slices.Equal(all.Deleted, want) {
+		t.Errorf("deleted = %v, want %v", all.Deleted, want)
+	}
+	// The feed coalesces too: four store revisions make at most two view
+	// revisions after the first.
+	if !slices.Equal(second.services, []string{"ns/a/v4", "ns/b/v4", "ns/c/v4"}) || second.rev > 3 {
+		t.Errorf("final state %v at revision %d; want a, b, c at revision 3 or less", second.services, second.rev)
+	}
+	if first.changes.Reset || second.changes.Reset {
+		t.Errorf("a reset without a failure: %+v %+v", first.changes, second.changes)
+	}
+}
+
+// A failed Sync is retried, with Reset, and with what changed meanwhile.
+func TestFailedSyncIsRetriedWithReset(t *testing.T) {
+	store := cluster.NewStore()
+	rec := newRecorder()
+	rec.fail = 2
+	var results []SyncResult
+	var mu sync.Mutex
+	start(t, store, rec, Options{RetryPeriod: 10 * time.Millisecond, OnSync: func(r SyncResult) {
+		mu.Lock()
+		results = append(results, r)
+		mu.Unlock()
+	}})
+	store.Update(func(tx *cluster.Tx) { tx.SetService(service("a", "10.96.0.1")) })
+	store.MarkSynced()
+	rec.next(t)
+	store.Update(func(tx *cluster.Tx) { tx.SetService(service("b", "10.96.0.2")) })
+	for n := 2; ; n++ {
+		c := rec.next(t)
+		if !c.changes.Reset {
+			t.Fatalf("a retry without Reset: %+v", c)
+		}
+		if n >= 3 && slices.Contains(c.services, "ns/b/v4") {
+			break // the first success after two failures
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if results[0].Err == nil || results[len(results)-1].Err != nil {
+		t.Errorf("OnSync results: first should fail, last succeed: %+v", results)
+	}
+}
+
+func TestResyncAfterQuietPeriod(t *testing.T) {
+	store := cluster.NewStore()
+	rec := newRecorder()
+	start(t, store, rec, Options{ResyncPeriod: 30 * time.Millisecond})
+	store.Update(func(tx *cluster.Tx) { tx.SetService(service("a", "10.96.0.1")) })
+	store.MarkSynced()
+	rec.next(t)
+	c := rec.next(t)
+	if !c.changes.Resync || c.changes.Reset || len(c.changes.Set) != 0 || !slices.Equal(c.services, []string{"ns/a/v4"}) {
+		t.Fatalf("resync call: %+v", c)
+	}
+}
+
+// Changes arriving within MinSyncPeriod of a sync wait for it and arrive
+// together.
+func TestMinSyncPeriodCoalesces(t *testing.T) {
+	store := cluster.NewStore()
+	rec := newRecorder()
+	start(t, store, rec, Options{MinSyncPeriod: 300 * time.Millisecond})
+	store.MarkSynced()
+	rec.next(t)
+	for i := range 5 {
+		store.Update(func(tx *cluster.Tx) { tx.SetService(service(fmt.Sprint("s", i), fmt.Sprint("10.96.0.", i+1))) })
+		time.Sleep(10 * time.Millisecond)
+	}
+	c := rec.next(t)
+	if len(c.changes.Set) != 5 {
+		t.Fatalf("changes within the min sync period were not coalesced: %+v", c.changes)
+	}
+}
+
+func TestMerge(t *testing.T) {
+	k := func(n string) ServiceKey { return ServiceKey{Namespace: "ns", Name: n} }
+	cases := []struct {
+		name string
+		a, b Changes
+		want Changes
+	}{
+		{"set then delete", Changes{Set: []ServiceKey{k("x")}}, Changes{Deleted: []ServiceKey{k("x")}}, Changes{Deleted: []ServiceKey{k("x")}}},
+		{"delete then set", Changes{Deleted: []ServiceKey{k("x")}}, Changes{Set: []ServiceKey{k("x")}}, Changes{Set: []ServiceKey{k("x")}}},
+		{"union sorted", Changes{Set: []ServiceKey{k("b")}}, Changes{Set: []ServiceKey{k("a"), k("b")}}, Changes{Set: []ServiceKey{k("a"), k("b")}}},
+		{"reset absorbs", Changes{Reset: true}, Changes{Set: []ServiceKey{k("a")}}, Changes{Reset: true}},
+		{"flags kept", Changes{Resync: true}, Changes{NodeChanged: true}, Changes{Resync: true, NodeChanged: true}},
+	}
+	for _, c := range cases {
+		got := merge(c.a, c.b)
+		if got.Reset != c.want.Reset || got.Resync != c.want.Resync || got.NodeChanged != c.want.NodeChanged ||
+			!slices.Equal(got.Set, c.want.Set) || !slices.Equal(got.Deleted, c.want.Deleted) {
+			t.Errorf("%s: merge = %+v, want %+v", c.name, got, c.want)
+		}
+	}
+}
+
+// opLog is an Incremental backend that logs its calls.
+type opLog struct {
+	ops  []string
+	fail bool
+}
+
+func (l *opLog) Reset()                        { l.ops = append(l.ops, "reset") }
+func (l *opLog) SetService(s *localv1.Service) { l.ops = append(l.ops, "set-svc "+s.Name) }
+func (l *opLog) DeleteService(k ServiceKey)    { l.ops = append(l.ops, "del-svc "+k.Name) }
+func (l *opLog) SetEndpoint(k ServiceKey, e *localv1.Endpoint) {
+	l.ops = append(l.ops, "set-ep "+k.Name+" "+e.Ip)
+}
+func (l *opLog) DeleteEndpoint(k ServiceKey, e *localv1.Endpoint) {
+	l.ops = append(l.ops, "del-ep "+k.Name+" "+e.Ip)
+}
+func (l *opLog) Sync() error {
+	l.ops = append(l.ops, "sync")
+	if l.fail {
+		l.fail = false
+		return errors.New("injected")
+	}
+	return nil
+}
+
+func TestIncrementalAdapterSendsOnlyTheDifference(t *testing.T) {
+	store := cluster.NewStore()
+	feed := NewLocalFeed(store, brain.Options{NodeName: "n1"})
+	log := &opLog{}
+	b := FromIncremental(log)
+	ctx := context.Background()
+	step := func(fn func(tx *cluster.Tx), want ...string) {
+		t.Helper()
+		if fn != nil {
+			store.Update(fn)
+		}
+		st, ch, err := feed.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if log.ops = nil; b.Sync(ctx, st, ch) != nil && !slices.Contains(want, "sync") {
+			t.Fatal("sync failed")
+		}
+		if !slices.Equal(log.ops, want) {
+			t.Errorf("ops = %q\nwant %q", log.ops, want)
+		}
+	}
+
+	store.Update(func(tx *cluster.Tx) {
+		tx.SetService(service("a", "10.96.0.1"))
+		tx.SetEndpointSlice(slice("a", "a-1", "10.0.0.1", "10.0.0.2"))
+	})
+	store.MarkSynced()
+	st, ch, _ := feed.Next(ctx)
+	ch.Reset = true // as Run does on the first call
+	if err := b.Sync(ctx, st, ch); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"reset", "set-svc a", "set-ep a 10.0.0.1", "set-ep a 10.0.0.2", "sync"}; !slices.Equal(log.ops, want) {
+		t.Errorf("first ops = %q, want %q", log.ops, want)
+	}
+
+	// One endpoint replaced: the service is not re-sent.
+	step(func(tx *cluster.Tx) { tx.SetEndpointSlice(slice("a", "a-1", "10.0.0.1", "10.0.0.3")) },
+		"set-ep a 10.0.0.3", "del-ep a 10.0.0.2", "sync")
+	// The service itself changes (a new port), its endpoints do not.
+	step(func(tx *cluster.Tx) {
+		s := service("a", "10.96.0.1")
+		s.Ports[0].Port = 81
+		tx.SetService(s)
+	}, "set-svc a", "sync")
+	// Deleted: its endpoints go first.
+	step(func(tx *cluster.Tx) { tx.DeleteService("ns", "a") },
+		"del-ep a 10.0.0.1", "del-ep a 10.0.0.3", "del-svc a", "sync")
+}
