@@ -136,7 +136,6 @@ func TestFollowSeesFileChanges(t *testing.T) {
 	}
 }
 
-
 // Errors name what is wrong and never start a half pipeline.
 func TestCommandErrors(t *testing.T) {
 	cases := []struct {
