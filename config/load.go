@@ -1,14 +1,19 @@
 package config
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	kpv1alpha1 "k8s.io/kube-proxy/config/v1alpha1"
 
 	"github.com/kpng/kpng/config/v1alpha1"
@@ -41,7 +46,105 @@ type Loaded struct {
 // exception is a v1alpha2 file that sets configHardFail: false, which asks
 // for warnings instead; Load then decodes leniently and reports what it
 // ignored in Warnings.
+//
+// A YAML file may hold several documents separated by "---" lines (a kubeadm
+// configuration file, say): Load uses the one whose kind is
+// KubeProxyConfiguration, and lists the others it skipped in Warnings. No such
+// document, or more than one, is an error. (kube-proxy reads only the first
+// document and silently drops the rest.)
 func Load(data []byte) (*Loaded, error) {
+	docs, err := splitDocuments(data)
+	if err != nil {
+		return nil, err
+	}
+	switch len(docs) {
+	case 0:
+		return nil, errors.New("decoding configuration: document is empty")
+	case 1:
+		return loadDocument(docs[0].data)
+	}
+	var chosen []document
+	var skipped []string
+	for _, d := range docs {
+		if d.kind == v1alpha2.Kind {
+			chosen = append(chosen, d)
+		} else {
+			skipped = append(skipped, fmt.Sprintf("document %d (apiVersion %q, kind %q) is not a %s: skipped", d.index, d.apiVersion, d.kind, v1alpha2.Kind))
+		}
+	}
+	switch len(chosen) {
+	case 0:
+		return nil, fmt.Errorf("decoding configuration: none of the %d documents has kind %s (%s)", len(docs), v1alpha2.Kind, strings.Join(skipped, "; "))
+	case 1:
+	default:
+		indexes := make([]string, len(chosen))
+		for i, d := range chosen {
+			indexes[i] = fmt.Sprint(d.index)
+		}
+		return nil, fmt.Errorf("decoding configuration: documents %s are all of kind %s; a file holds at most one", strings.Join(indexes, ", "), v1alpha2.Kind)
+	}
+	loaded, err := loadDocument(chosen[0].data)
+	if err != nil {
+		return nil, fmt.Errorf("document %d: %w", chosen[0].index, err)
+	}
+	loaded.Warnings = append(skipped, loaded.Warnings...)
+	return loaded, nil
+}
+
+// document is one YAML document of a configuration file.
+type document struct {
+	index            int // 1-based, counting non-empty documents
+	data             []byte
+	apiVersion, kind string
+}
+
+// splitDocuments splits a YAML stream on its "---" separator lines, dropping
+// documents that hold nothing (whitespace, comments, null), and reads the
+// apiVersion and kind of each. A file that is one document is returned as is,
+// so that JSON (which has no separators) and single YAML documents take the
+// exact same path as before; a malformed extra document is an error naming it.
+func splitDocuments(data []byte) ([]document, error) {
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var docs []document
+	chunks := 0
+	for {
+		chunk, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("decoding configuration: splitting documents: %w", err)
+		}
+		chunks++
+		js, err := yaml.YAMLToJSON(chunk)
+		if err != nil {
+			return nil, fmt.Errorf("decoding configuration: document %d: %w", len(docs)+1, err)
+		}
+		if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
+			continue
+		}
+		var meta struct {
+			APIVersion any `json:"apiVersion"`
+			Kind       any `json:"kind"`
+		}
+		if err := json.Unmarshal(js, &meta); err != nil {
+			// Not an object: as the only document, loadDocument names the
+			// problem; among several, name it here.
+			meta.Kind = nil
+		}
+		d := document{index: len(docs) + 1, data: chunk}
+		d.apiVersion, _ = meta.APIVersion.(string)
+		d.kind, _ = meta.Kind.(string)
+		docs = append(docs, d)
+	}
+	if chunks == 1 && len(docs) == 1 {
+		docs[0].data = data // keep line numbers as written
+	}
+	return docs, nil
+}
+
+// loadDocument is Load for a single document.
+func loadDocument(data []byte) (*Loaded, error) {
 	var problems []string // strictness violations, fatal unless configHardFail is false
 
 	js, err := yaml.YAMLToJSONStrict(data)

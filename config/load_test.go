@@ -96,3 +96,69 @@ func TestLoadReportsSetFields(t *testing.T) {
 		t.Errorf("Has is wrong for %q", l.Set.List())
 	}
 }
+
+func TestLoadMultiDocument(t *testing.T) {
+	kubeadmInit := "apiVersion: kubeadm.k8s.io/v1beta4\nkind: InitConfiguration\n"
+	kubeadmCluster := "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nnetworking:\n  podSubnet: 10.244.0.0/16\n"
+	cases := []struct {
+		name         string
+		doc          string
+		wantMode     ProxyMode
+		wantWarnings []string
+	}{
+		{name: "the KubeProxyConfiguration of a kubeadm file is used, the rest skipped",
+			doc:          kubeadmInit + "---\n" + kubeadmCluster + "---\n" + v1alpha1Header + "mode: nftables\n",
+			wantMode:     ProxyModeNFTables,
+			wantWarnings: []string{"document 1", "InitConfiguration", "document 2", "ClusterConfiguration"}},
+		{name: "a first KubeProxyConfiguration is used too", doc: v1alpha2Header + "mode: ipvs\n---\n" + kubeadmInit,
+			wantMode: ProxyModeIPVS, wantWarnings: []string{"document 2", "InitConfiguration"}},
+		{name: "empty and comment-only documents do not count", doc: "---\n# nothing\n---\n" + v1alpha2Header + "mode: nftables\n---\n",
+			wantMode: ProxyModeNFTables},
+		{name: "warnings of the chosen document are kept", doc: kubeadmInit + "---\n" + v1alpha1Header + "portRange: 1-2\n",
+			wantMode: "", wantWarnings: []string{"document 1", "portRange"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := mustLoad(t, tc.doc)
+			if l.Config.Mode != tc.wantMode {
+				t.Errorf("mode = %q, want %q", l.Config.Mode, tc.wantMode)
+			}
+			joined := strings.Join(l.Warnings, "\n")
+			for _, s := range tc.wantWarnings {
+				if !strings.Contains(joined, s) {
+					t.Errorf("warnings %q do not mention %q", l.Warnings, s)
+				}
+			}
+			if len(tc.wantWarnings) == 0 && len(l.Warnings) > 0 {
+				t.Errorf("unexpected warnings %q", l.Warnings)
+			}
+		})
+	}
+}
+
+func TestLoadMultiDocumentRejects(t *testing.T) {
+	cases := []struct {
+		name    string
+		doc     string
+		wantErr []string
+	}{
+		{name: "two KubeProxyConfigurations are ambiguous", doc: v1alpha1Header + "---\n" + v1alpha2Header, wantErr: []string{"documents 1, 2", "at most one"}},
+		{name: "no KubeProxyConfiguration among several documents", doc: "kind: A\n---\nkind: B\n", wantErr: []string{"none of the 2 documents", `"A"`, `"B"`}},
+		{name: "strictness errors in the chosen document name it", doc: "kind: A\n---\n" + v1alpha2Header + "bogus: 1\n", wantErr: []string{"document 2", "bogus"}},
+		{name: "a malformed document is named", doc: v1alpha2Header + "---\nkey: [\n", wantErr: []string{"document 2"}},
+		{name: "only empty documents", doc: "---\n---\n# comment\n", wantErr: []string{"empty"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load([]byte(tc.doc))
+			if err == nil {
+				t.Fatal("Load succeeded, want an error")
+			}
+			for _, s := range tc.wantErr {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not mention %q", err, s)
+				}
+			}
+		})
+	}
+}
