@@ -927,6 +927,410 @@ func (x *ServiceCIDR) GetCidrs() []string {
 	return nil
 }
 
+type WatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	InstanceId    uint64                 `protobuf:"varint,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_api_globalv1_globalv1_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_globalv1_globalv1_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_api_globalv1_globalv1_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *WatchRequest) GetInstanceId() uint64 {
+	if x != nil {
+		return x.InstanceId
+	}
+	return 0
+}
+
+func (x *WatchRequest) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// ObjectKey names an object (namespace is empty for Nodes and ServiceCIDRs).
+type ObjectKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObjectKey) Reset() {
+	*x = ObjectKey{}
+	mi := &file_api_globalv1_globalv1_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObjectKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObjectKey) ProtoMessage() {}
+
+func (x *ObjectKey) ProtoReflect() protoreflect.Message {
+	mi := &file_api_globalv1_globalv1_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObjectKey.ProtoReflect.Descriptor instead.
+func (*ObjectKey) Descriptor() ([]byte, []int) {
+	return file_api_globalv1_globalv1_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ObjectKey) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ObjectKey) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type Reset struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reset) Reset() {
+	*x = Reset{}
+	mi := &file_api_globalv1_globalv1_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reset) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reset) ProtoMessage() {}
+
+func (x *Reset) ProtoReflect() protoreflect.Message {
+	mi := &file_api_globalv1_globalv1_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reset.ProtoReflect.Descriptor instead.
+func (*Reset) Descriptor() ([]byte, []int) {
+	return file_api_globalv1_globalv1_proto_rawDescGZIP(), []int{10}
+}
+
+type Sync struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	InstanceId    uint64                 `protobuf:"varint,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Sync) Reset() {
+	*x = Sync{}
+	mi := &file_api_globalv1_globalv1_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Sync) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Sync) ProtoMessage() {}
+
+func (x *Sync) ProtoReflect() protoreflect.Message {
+	mi := &file_api_globalv1_globalv1_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Sync.ProtoReflect.Descriptor instead.
+func (*Sync) Descriptor() ([]byte, []int) {
+	return file_api_globalv1_globalv1_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Sync) GetInstanceId() uint64 {
+	if x != nil {
+		return x.InstanceId
+	}
+	return 0
+}
+
+func (x *Sync) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type Op struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*Op_Reset_
+	//	*Op_SetService
+	//	*Op_DeleteService
+	//	*Op_SetEndpointSlice
+	//	*Op_DeleteEndpointSlice
+	//	*Op_SetNode
+	//	*Op_DeleteNode
+	//	*Op_SetServiceCidr
+	//	*Op_DeleteServiceCidr
+	//	*Op_Sync
+	Op            isOp_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Op) Reset() {
+	*x = Op{}
+	mi := &file_api_globalv1_globalv1_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Op) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Op) ProtoMessage() {}
+
+func (x *Op) ProtoReflect() protoreflect.Message {
+	mi := &file_api_globalv1_globalv1_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Op.ProtoReflect.Descriptor instead.
+func (*Op) Descriptor() ([]byte, []int) {
+	return file_api_globalv1_globalv1_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Op) GetOp() isOp_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *Op) GetReset_() *Reset {
+	if x != nil {
+		if x, ok := x.Op.(*Op_Reset_); ok {
+			return x.Reset_
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetSetService() *Service {
+	if x != nil {
+		if x, ok := x.Op.(*Op_SetService); ok {
+			return x.SetService
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetDeleteService() *ObjectKey {
+	if x != nil {
+		if x, ok := x.Op.(*Op_DeleteService); ok {
+			return x.DeleteService
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetSetEndpointSlice() *EndpointSlice {
+	if x != nil {
+		if x, ok := x.Op.(*Op_SetEndpointSlice); ok {
+			return x.SetEndpointSlice
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetDeleteEndpointSlice() *ObjectKey {
+	if x != nil {
+		if x, ok := x.Op.(*Op_DeleteEndpointSlice); ok {
+			return x.DeleteEndpointSlice
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetSetNode() *Node {
+	if x != nil {
+		if x, ok := x.Op.(*Op_SetNode); ok {
+			return x.SetNode
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetDeleteNode() *ObjectKey {
+	if x != nil {
+		if x, ok := x.Op.(*Op_DeleteNode); ok {
+			return x.DeleteNode
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetSetServiceCidr() *ServiceCIDR {
+	if x != nil {
+		if x, ok := x.Op.(*Op_SetServiceCidr); ok {
+			return x.SetServiceCidr
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetDeleteServiceCidr() *ObjectKey {
+	if x != nil {
+		if x, ok := x.Op.(*Op_DeleteServiceCidr); ok {
+			return x.DeleteServiceCidr
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetSync() *Sync {
+	if x != nil {
+		if x, ok := x.Op.(*Op_Sync); ok {
+			return x.Sync
+		}
+	}
+	return nil
+}
+
+type isOp_Op interface {
+	isOp_Op()
+}
+
+type Op_Reset_ struct {
+	Reset_ *Reset `protobuf:"bytes,1,opt,name=reset,proto3,oneof"`
+}
+
+type Op_SetService struct {
+	// Set operations carry the whole object; it replaces any with its key.
+	SetService *Service `protobuf:"bytes,2,opt,name=set_service,json=setService,proto3,oneof"`
+}
+
+type Op_DeleteService struct {
+	DeleteService *ObjectKey `protobuf:"bytes,3,opt,name=delete_service,json=deleteService,proto3,oneof"`
+}
+
+type Op_SetEndpointSlice struct {
+	SetEndpointSlice *EndpointSlice `protobuf:"bytes,4,opt,name=set_endpoint_slice,json=setEndpointSlice,proto3,oneof"`
+}
+
+type Op_DeleteEndpointSlice struct {
+	DeleteEndpointSlice *ObjectKey `protobuf:"bytes,5,opt,name=delete_endpoint_slice,json=deleteEndpointSlice,proto3,oneof"`
+}
+
+type Op_SetNode struct {
+	SetNode *Node `protobuf:"bytes,6,opt,name=set_node,json=setNode,proto3,oneof"`
+}
+
+type Op_DeleteNode struct {
+	DeleteNode *ObjectKey `protobuf:"bytes,7,opt,name=delete_node,json=deleteNode,proto3,oneof"`
+}
+
+type Op_SetServiceCidr struct {
+	SetServiceCidr *ServiceCIDR `protobuf:"bytes,8,opt,name=set_service_cidr,json=setServiceCidr,proto3,oneof"`
+}
+
+type Op_DeleteServiceCidr struct {
+	DeleteServiceCidr *ObjectKey `protobuf:"bytes,9,opt,name=delete_service_cidr,json=deleteServiceCidr,proto3,oneof"`
+}
+
+type Op_Sync struct {
+	Sync *Sync `protobuf:"bytes,10,opt,name=sync,proto3,oneof"`
+}
+
+func (*Op_Reset_) isOp_Op() {}
+
+func (*Op_SetService) isOp_Op() {}
+
+func (*Op_DeleteService) isOp_Op() {}
+
+func (*Op_SetEndpointSlice) isOp_Op() {}
+
+func (*Op_DeleteEndpointSlice) isOp_Op() {}
+
+func (*Op_SetNode) isOp_Op() {}
+
+func (*Op_DeleteNode) isOp_Op() {}
+
+func (*Op_SetServiceCidr) isOp_Op() {}
+
+func (*Op_DeleteServiceCidr) isOp_Op() {}
+
+func (*Op_Sync) isOp_Op() {}
+
 var File_api_globalv1_globalv1_proto protoreflect.FileDescriptor
 
 const file_api_globalv1_globalv1_proto_rawDesc = "" +
@@ -997,7 +1401,34 @@ const file_api_globalv1_globalv1_proto_rawDesc = "" +
 	"\tpod_cidrs\x18\x04 \x03(\tR\bpodCidrs\"7\n" +
 	"\vServiceCIDR\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05cidrs\x18\x02 \x03(\tR\x05cidrs*@\n" +
+	"\x05cidrs\x18\x02 \x03(\tR\x05cidrs\"K\n" +
+	"\fWatchRequest\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\x04R\n" +
+	"instanceId\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"=\n" +
+	"\tObjectKey\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\a\n" +
+	"\x05Reset\"C\n" +
+	"\x04Sync\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\x04R\n" +
+	"instanceId\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"\x82\x05\n" +
+	"\x02Op\x12,\n" +
+	"\x05reset\x18\x01 \x01(\v2\x14.kpng.globalv1.ResetH\x00R\x05reset\x129\n" +
+	"\vset_service\x18\x02 \x01(\v2\x16.kpng.globalv1.ServiceH\x00R\n" +
+	"setService\x12A\n" +
+	"\x0edelete_service\x18\x03 \x01(\v2\x18.kpng.globalv1.ObjectKeyH\x00R\rdeleteService\x12L\n" +
+	"\x12set_endpoint_slice\x18\x04 \x01(\v2\x1c.kpng.globalv1.EndpointSliceH\x00R\x10setEndpointSlice\x12N\n" +
+	"\x15delete_endpoint_slice\x18\x05 \x01(\v2\x18.kpng.globalv1.ObjectKeyH\x00R\x13deleteEndpointSlice\x120\n" +
+	"\bset_node\x18\x06 \x01(\v2\x13.kpng.globalv1.NodeH\x00R\asetNode\x12;\n" +
+	"\vdelete_node\x18\a \x01(\v2\x18.kpng.globalv1.ObjectKeyH\x00R\n" +
+	"deleteNode\x12F\n" +
+	"\x10set_service_cidr\x18\b \x01(\v2\x1a.kpng.globalv1.ServiceCIDRH\x00R\x0esetServiceCidr\x12J\n" +
+	"\x13delete_service_cidr\x18\t \x01(\v2\x18.kpng.globalv1.ObjectKeyH\x00R\x11deleteServiceCidr\x12)\n" +
+	"\x04sync\x18\n" +
+	" \x01(\v2\x13.kpng.globalv1.SyncH\x00R\x04syncB\x04\n" +
+	"\x02op*@\n" +
 	"\bProtocol\x12\x18\n" +
 	"\x14PROTOCOL_UNSPECIFIED\x10\x00\x12\a\n" +
 	"\x03TCP\x10\x01\x12\a\n" +
@@ -1018,7 +1449,9 @@ const file_api_globalv1_globalv1_proto_rawDesc = "" +
 	"\x18ADDRESS_TYPE_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04IPV4\x10\x01\x12\b\n" +
 	"\x04IPV6\x10\x02\x12\b\n" +
-	"\x04FQDN\x10\x03B#Z!github.com/kpng/kpng/api/globalv1b\x06proto3"
+	"\x04FQDN\x10\x032D\n" +
+	"\x05Watch\x12;\n" +
+	"\x05Watch\x12\x1b.kpng.globalv1.WatchRequest\x1a\x11.kpng.globalv1.Op(\x010\x01B#Z!github.com/kpng/kpng/api/globalv1b\x06proto3"
 
 var (
 	file_api_globalv1_globalv1_proto_rawDescOnce sync.Once
@@ -1033,7 +1466,7 @@ func file_api_globalv1_globalv1_proto_rawDescGZIP() []byte {
 }
 
 var file_api_globalv1_globalv1_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_api_globalv1_globalv1_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_api_globalv1_globalv1_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_api_globalv1_globalv1_proto_goTypes = []any{
 	(Protocol)(0),               // 0: kpng.globalv1.Protocol
 	(ServiceType)(0),            // 1: kpng.globalv1.ServiceType
@@ -1047,6 +1480,11 @@ var file_api_globalv1_globalv1_proto_goTypes = []any{
 	(*Endpoint)(nil),            // 9: kpng.globalv1.Endpoint
 	(*Node)(nil),                // 10: kpng.globalv1.Node
 	(*ServiceCIDR)(nil),         // 11: kpng.globalv1.ServiceCIDR
+	(*WatchRequest)(nil),        // 12: kpng.globalv1.WatchRequest
+	(*ObjectKey)(nil),           // 13: kpng.globalv1.ObjectKey
+	(*Reset)(nil),               // 14: kpng.globalv1.Reset
+	(*Sync)(nil),                // 15: kpng.globalv1.Sync
+	(*Op)(nil),                  // 16: kpng.globalv1.Op
 }
 var file_api_globalv1_globalv1_proto_depIdxs = []int32{
 	1,  // 0: kpng.globalv1.Service.type:type_name -> kpng.globalv1.ServiceType
@@ -1059,11 +1497,23 @@ var file_api_globalv1_globalv1_proto_depIdxs = []int32{
 	8,  // 7: kpng.globalv1.EndpointSlice.ports:type_name -> kpng.globalv1.EndpointPort
 	9,  // 8: kpng.globalv1.EndpointSlice.endpoints:type_name -> kpng.globalv1.Endpoint
 	0,  // 9: kpng.globalv1.EndpointPort.protocol:type_name -> kpng.globalv1.Protocol
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	14, // 10: kpng.globalv1.Op.reset:type_name -> kpng.globalv1.Reset
+	4,  // 11: kpng.globalv1.Op.set_service:type_name -> kpng.globalv1.Service
+	13, // 12: kpng.globalv1.Op.delete_service:type_name -> kpng.globalv1.ObjectKey
+	7,  // 13: kpng.globalv1.Op.set_endpoint_slice:type_name -> kpng.globalv1.EndpointSlice
+	13, // 14: kpng.globalv1.Op.delete_endpoint_slice:type_name -> kpng.globalv1.ObjectKey
+	10, // 15: kpng.globalv1.Op.set_node:type_name -> kpng.globalv1.Node
+	13, // 16: kpng.globalv1.Op.delete_node:type_name -> kpng.globalv1.ObjectKey
+	11, // 17: kpng.globalv1.Op.set_service_cidr:type_name -> kpng.globalv1.ServiceCIDR
+	13, // 18: kpng.globalv1.Op.delete_service_cidr:type_name -> kpng.globalv1.ObjectKey
+	15, // 19: kpng.globalv1.Op.sync:type_name -> kpng.globalv1.Sync
+	12, // 20: kpng.globalv1.Watch.Watch:input_type -> kpng.globalv1.WatchRequest
+	16, // 21: kpng.globalv1.Watch.Watch:output_type -> kpng.globalv1.Op
+	21, // [21:22] is the sub-list for method output_type
+	20, // [20:21] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_api_globalv1_globalv1_proto_init() }
@@ -1074,15 +1524,27 @@ func file_api_globalv1_globalv1_proto_init() {
 	file_api_globalv1_globalv1_proto_msgTypes[0].OneofWrappers = []any{}
 	file_api_globalv1_globalv1_proto_msgTypes[4].OneofWrappers = []any{}
 	file_api_globalv1_globalv1_proto_msgTypes[5].OneofWrappers = []any{}
+	file_api_globalv1_globalv1_proto_msgTypes[12].OneofWrappers = []any{
+		(*Op_Reset_)(nil),
+		(*Op_SetService)(nil),
+		(*Op_DeleteService)(nil),
+		(*Op_SetEndpointSlice)(nil),
+		(*Op_DeleteEndpointSlice)(nil),
+		(*Op_SetNode)(nil),
+		(*Op_DeleteNode)(nil),
+		(*Op_SetServiceCidr)(nil),
+		(*Op_DeleteServiceCidr)(nil),
+		(*Op_Sync)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_globalv1_globalv1_proto_rawDesc), len(file_api_globalv1_globalv1_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   8,
+			NumMessages:   13,
 			NumExtensions: 0,
-			NumServices:   0,
+			NumServices:   1,
 		},
 		GoTypes:           file_api_globalv1_globalv1_proto_goTypes,
 		DependencyIndexes: file_api_globalv1_globalv1_proto_depIdxs,

@@ -849,6 +849,574 @@ func (x *NodeState) GetServiceCidrs() []string {
 	return nil
 }
 
+type WatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node whose view to watch. Read from the first request of a stream
+	// only; later requests just ask for the next batch.
+	NodeName string `protobuf:"bytes,1,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	// Services labelled service.kubernetes.io/service-proxy-name are served
+	// only when the label's value equals this (first request only).
+	ServiceProxyName string `protobuf:"bytes,2,opt,name=service_proxy_name,json=serviceProxyName,proto3" json:"service_proxy_name,omitempty"`
+	// The Sync of the last batch the client applied (0, 0: none): the server
+	// sends only what changed since, when it can.
+	InstanceId    uint64 `protobuf:"varint,3,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	Revision      uint64 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_api_localv1_localv1_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_localv1_localv1_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_api_localv1_localv1_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *WatchRequest) GetNodeName() string {
+	if x != nil {
+		return x.NodeName
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetServiceProxyName() string {
+	if x != nil {
+		return x.ServiceProxyName
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetInstanceId() uint64 {
+	if x != nil {
+		return x.InstanceId
+	}
+	return 0
+}
+
+func (x *WatchRequest) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// ServiceKey names one entry of the view: a Service in one IP family.
+type ServiceKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Family        IPFamily               `protobuf:"varint,3,opt,name=family,proto3,enum=kpng.localv1.IPFamily" json:"family,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceKey) Reset() {
+	*x = ServiceKey{}
+	mi := &file_api_localv1_localv1_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceKey) ProtoMessage() {}
+
+func (x *ServiceKey) ProtoReflect() protoreflect.Message {
+	mi := &file_api_localv1_localv1_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceKey.ProtoReflect.Descriptor instead.
+func (*ServiceKey) Descriptor() ([]byte, []int) {
+	return file_api_localv1_localv1_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ServiceKey) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ServiceKey) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ServiceKey) GetFamily() IPFamily {
+	if x != nil {
+		return x.Family
+	}
+	return IPFamily_IP_FAMILY_UNSPECIFIED
+}
+
+// EndpointOp adds, replaces or removes one endpoint of an entry. Endpoints
+// are identified within their entry by (port_name, protocol, ip, port); a
+// removal carries only those fields.
+type EndpointOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           *ServiceKey            `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Endpoint      *Endpoint              `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndpointOp) Reset() {
+	*x = EndpointOp{}
+	mi := &file_api_localv1_localv1_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndpointOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndpointOp) ProtoMessage() {}
+
+func (x *EndpointOp) ProtoReflect() protoreflect.Message {
+	mi := &file_api_localv1_localv1_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndpointOp.ProtoReflect.Descriptor instead.
+func (*EndpointOp) Descriptor() ([]byte, []int) {
+	return file_api_localv1_localv1_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *EndpointOp) GetKey() *ServiceKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *EndpointOp) GetEndpoint() *Endpoint {
+	if x != nil {
+		return x.Endpoint
+	}
+	return nil
+}
+
+// TriggerTime sets an entry's trigger_time_unix_nano.
+type TriggerTime struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           *ServiceKey            `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	UnixNano      int64                  `protobuf:"varint,2,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TriggerTime) Reset() {
+	*x = TriggerTime{}
+	mi := &file_api_localv1_localv1_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TriggerTime) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TriggerTime) ProtoMessage() {}
+
+func (x *TriggerTime) ProtoReflect() protoreflect.Message {
+	mi := &file_api_localv1_localv1_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TriggerTime.ProtoReflect.Descriptor instead.
+func (*TriggerTime) Descriptor() ([]byte, []int) {
+	return file_api_localv1_localv1_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *TriggerTime) GetKey() *ServiceKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *TriggerTime) GetUnixNano() int64 {
+	if x != nil {
+		return x.UnixNano
+	}
+	return 0
+}
+
+// NodeInfo is the node-wide part of the view.
+type NodeInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unset while the Node object is unknown.
+	Node          *Node    `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	ServiceCidrs  []string `protobuf:"bytes,2,rep,name=service_cidrs,json=serviceCidrs,proto3" json:"service_cidrs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeInfo) Reset() {
+	*x = NodeInfo{}
+	mi := &file_api_localv1_localv1_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeInfo) ProtoMessage() {}
+
+func (x *NodeInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_api_localv1_localv1_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
+func (*NodeInfo) Descriptor() ([]byte, []int) {
+	return file_api_localv1_localv1_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *NodeInfo) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *NodeInfo) GetServiceCidrs() []string {
+	if x != nil {
+		return x.ServiceCidrs
+	}
+	return nil
+}
+
+type Reset struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reset) Reset() {
+	*x = Reset{}
+	mi := &file_api_localv1_localv1_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reset) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reset) ProtoMessage() {}
+
+func (x *Reset) ProtoReflect() protoreflect.Message {
+	mi := &file_api_localv1_localv1_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reset.ProtoReflect.Descriptor instead.
+func (*Reset) Descriptor() ([]byte, []int) {
+	return file_api_localv1_localv1_proto_rawDescGZIP(), []int{11}
+}
+
+// Sync closes a batch: the client now holds the view at this revision of
+// this server instance, and sends both back to resume.
+type Sync struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	InstanceId    uint64                 `protobuf:"varint,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Sync) Reset() {
+	*x = Sync{}
+	mi := &file_api_localv1_localv1_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Sync) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Sync) ProtoMessage() {}
+
+func (x *Sync) ProtoReflect() protoreflect.Message {
+	mi := &file_api_localv1_localv1_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Sync.ProtoReflect.Descriptor instead.
+func (*Sync) Descriptor() ([]byte, []int) {
+	return file_api_localv1_localv1_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Sync) GetInstanceId() uint64 {
+	if x != nil {
+		return x.InstanceId
+	}
+	return 0
+}
+
+func (x *Sync) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type Op struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*Op_Reset_
+	//	*Op_SetService
+	//	*Op_DeleteService
+	//	*Op_SetEndpoint
+	//	*Op_DeleteEndpoint
+	//	*Op_SetTriggerTime
+	//	*Op_SetNode
+	//	*Op_Sync
+	Op            isOp_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Op) Reset() {
+	*x = Op{}
+	mi := &file_api_localv1_localv1_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Op) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Op) ProtoMessage() {}
+
+func (x *Op) ProtoReflect() protoreflect.Message {
+	mi := &file_api_localv1_localv1_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Op.ProtoReflect.Descriptor instead.
+func (*Op) Descriptor() ([]byte, []int) {
+	return file_api_localv1_localv1_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Op) GetOp() isOp_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *Op) GetReset_() *Reset {
+	if x != nil {
+		if x, ok := x.Op.(*Op_Reset_); ok {
+			return x.Reset_
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetSetService() *Service {
+	if x != nil {
+		if x, ok := x.Op.(*Op_SetService); ok {
+			return x.SetService
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetDeleteService() *ServiceKey {
+	if x != nil {
+		if x, ok := x.Op.(*Op_DeleteService); ok {
+			return x.DeleteService
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetSetEndpoint() *EndpointOp {
+	if x != nil {
+		if x, ok := x.Op.(*Op_SetEndpoint); ok {
+			return x.SetEndpoint
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetDeleteEndpoint() *EndpointOp {
+	if x != nil {
+		if x, ok := x.Op.(*Op_DeleteEndpoint); ok {
+			return x.DeleteEndpoint
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetSetTriggerTime() *TriggerTime {
+	if x != nil {
+		if x, ok := x.Op.(*Op_SetTriggerTime); ok {
+			return x.SetTriggerTime
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetSetNode() *NodeInfo {
+	if x != nil {
+		if x, ok := x.Op.(*Op_SetNode); ok {
+			return x.SetNode
+		}
+	}
+	return nil
+}
+
+func (x *Op) GetSync() *Sync {
+	if x != nil {
+		if x, ok := x.Op.(*Op_Sync); ok {
+			return x.Sync
+		}
+	}
+	return nil
+}
+
+type isOp_Op interface {
+	isOp_Op()
+}
+
+type Op_Reset_ struct {
+	// Forget everything: the batch holds the whole view.
+	Reset_ *Reset `protobuf:"bytes,1,opt,name=reset,proto3,oneof"`
+}
+
+type Op_SetService struct {
+	// A new or changed Service; an existing entry keeps its endpoints.
+	SetService *Service `protobuf:"bytes,2,opt,name=set_service,json=setService,proto3,oneof"`
+}
+
+type Op_DeleteService struct {
+	// The entry is gone, with all its endpoints.
+	DeleteService *ServiceKey `protobuf:"bytes,3,opt,name=delete_service,json=deleteService,proto3,oneof"`
+}
+
+type Op_SetEndpoint struct {
+	SetEndpoint *EndpointOp `protobuf:"bytes,4,opt,name=set_endpoint,json=setEndpoint,proto3,oneof"`
+}
+
+type Op_DeleteEndpoint struct {
+	DeleteEndpoint *EndpointOp `protobuf:"bytes,5,opt,name=delete_endpoint,json=deleteEndpoint,proto3,oneof"`
+}
+
+type Op_SetTriggerTime struct {
+	SetTriggerTime *TriggerTime `protobuf:"bytes,6,opt,name=set_trigger_time,json=setTriggerTime,proto3,oneof"`
+}
+
+type Op_SetNode struct {
+	SetNode *NodeInfo `protobuf:"bytes,7,opt,name=set_node,json=setNode,proto3,oneof"`
+}
+
+type Op_Sync struct {
+	Sync *Sync `protobuf:"bytes,8,opt,name=sync,proto3,oneof"`
+}
+
+func (*Op_Reset_) isOp_Op() {}
+
+func (*Op_SetService) isOp_Op() {}
+
+func (*Op_DeleteService) isOp_Op() {}
+
+func (*Op_SetEndpoint) isOp_Op() {}
+
+func (*Op_DeleteEndpoint) isOp_Op() {}
+
+func (*Op_SetTriggerTime) isOp_Op() {}
+
+func (*Op_SetNode) isOp_Op() {}
+
+func (*Op_Sync) isOp_Op() {}
+
 var File_api_localv1_localv1_proto protoreflect.FileDescriptor
 
 const file_api_localv1_localv1_proto_rawDesc = "" +
@@ -909,7 +1477,44 @@ const file_api_localv1_localv1_proto_rawDesc = "" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12:\n" +
 	"\bservices\x18\x03 \x03(\v2\x1e.kpng.localv1.ServiceEndpointsR\bservices\x12&\n" +
 	"\x04node\x18\x04 \x01(\v2\x12.kpng.localv1.NodeR\x04node\x12#\n" +
-	"\rservice_cidrs\x18\x05 \x03(\tR\fserviceCidrs*9\n" +
+	"\rservice_cidrs\x18\x05 \x03(\tR\fserviceCidrs\"\x96\x01\n" +
+	"\fWatchRequest\x12\x1b\n" +
+	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12,\n" +
+	"\x12service_proxy_name\x18\x02 \x01(\tR\x10serviceProxyName\x12\x1f\n" +
+	"\vinstance_id\x18\x03 \x01(\x04R\n" +
+	"instanceId\x12\x1a\n" +
+	"\brevision\x18\x04 \x01(\x04R\brevision\"n\n" +
+	"\n" +
+	"ServiceKey\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12.\n" +
+	"\x06family\x18\x03 \x01(\x0e2\x16.kpng.localv1.IPFamilyR\x06family\"l\n" +
+	"\n" +
+	"EndpointOp\x12*\n" +
+	"\x03key\x18\x01 \x01(\v2\x18.kpng.localv1.ServiceKeyR\x03key\x122\n" +
+	"\bendpoint\x18\x02 \x01(\v2\x16.kpng.localv1.EndpointR\bendpoint\"V\n" +
+	"\vTriggerTime\x12*\n" +
+	"\x03key\x18\x01 \x01(\v2\x18.kpng.localv1.ServiceKeyR\x03key\x12\x1b\n" +
+	"\tunix_nano\x18\x02 \x01(\x03R\bunixNano\"W\n" +
+	"\bNodeInfo\x12&\n" +
+	"\x04node\x18\x01 \x01(\v2\x12.kpng.localv1.NodeR\x04node\x12#\n" +
+	"\rservice_cidrs\x18\x02 \x03(\tR\fserviceCidrs\"\a\n" +
+	"\x05Reset\"C\n" +
+	"\x04Sync\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\x04R\n" +
+	"instanceId\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"\xde\x03\n" +
+	"\x02Op\x12+\n" +
+	"\x05reset\x18\x01 \x01(\v2\x13.kpng.localv1.ResetH\x00R\x05reset\x128\n" +
+	"\vset_service\x18\x02 \x01(\v2\x15.kpng.localv1.ServiceH\x00R\n" +
+	"setService\x12A\n" +
+	"\x0edelete_service\x18\x03 \x01(\v2\x18.kpng.localv1.ServiceKeyH\x00R\rdeleteService\x12=\n" +
+	"\fset_endpoint\x18\x04 \x01(\v2\x18.kpng.localv1.EndpointOpH\x00R\vsetEndpoint\x12C\n" +
+	"\x0fdelete_endpoint\x18\x05 \x01(\v2\x18.kpng.localv1.EndpointOpH\x00R\x0edeleteEndpoint\x12E\n" +
+	"\x10set_trigger_time\x18\x06 \x01(\v2\x19.kpng.localv1.TriggerTimeH\x00R\x0esetTriggerTime\x123\n" +
+	"\bset_node\x18\a \x01(\v2\x16.kpng.localv1.NodeInfoH\x00R\asetNode\x12(\n" +
+	"\x04sync\x18\b \x01(\v2\x12.kpng.localv1.SyncH\x00R\x04syncB\x04\n" +
+	"\x02op*9\n" +
 	"\bIPFamily\x12\x19\n" +
 	"\x15IP_FAMILY_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04IPV4\x10\x01\x12\b\n" +
@@ -927,7 +1532,9 @@ const file_api_localv1_localv1_proto_rawDesc = "" +
 	"\rLOAD_BALANCER\x10\x03*'\n" +
 	"\rTrafficPolicy\x12\v\n" +
 	"\aCLUSTER\x10\x00\x12\t\n" +
-	"\x05LOCAL\x10\x01B\"Z github.com/kpng/kpng/api/localv1b\x06proto3"
+	"\x05LOCAL\x10\x012B\n" +
+	"\x05Watch\x129\n" +
+	"\x05Watch\x12\x1a.kpng.localv1.WatchRequest\x1a\x10.kpng.localv1.Op(\x010\x01B\"Z github.com/kpng/kpng/api/localv1b\x06proto3"
 
 var (
 	file_api_localv1_localv1_proto_rawDescOnce sync.Once
@@ -942,7 +1549,7 @@ func file_api_localv1_localv1_proto_rawDescGZIP() []byte {
 }
 
 var file_api_localv1_localv1_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_api_localv1_localv1_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_api_localv1_localv1_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_api_localv1_localv1_proto_goTypes = []any{
 	(IPFamily)(0),            // 0: kpng.localv1.IPFamily
 	(Protocol)(0),            // 1: kpng.localv1.Protocol
@@ -954,6 +1561,14 @@ var file_api_localv1_localv1_proto_goTypes = []any{
 	(*Endpoint)(nil),         // 7: kpng.localv1.Endpoint
 	(*Node)(nil),             // 8: kpng.localv1.Node
 	(*NodeState)(nil),        // 9: kpng.localv1.NodeState
+	(*WatchRequest)(nil),     // 10: kpng.localv1.WatchRequest
+	(*ServiceKey)(nil),       // 11: kpng.localv1.ServiceKey
+	(*EndpointOp)(nil),       // 12: kpng.localv1.EndpointOp
+	(*TriggerTime)(nil),      // 13: kpng.localv1.TriggerTime
+	(*NodeInfo)(nil),         // 14: kpng.localv1.NodeInfo
+	(*Reset)(nil),            // 15: kpng.localv1.Reset
+	(*Sync)(nil),             // 16: kpng.localv1.Sync
+	(*Op)(nil),               // 17: kpng.localv1.Op
 }
 var file_api_localv1_localv1_proto_depIdxs = []int32{
 	5,  // 0: kpng.localv1.ServiceEndpoints.service:type_name -> kpng.localv1.Service
@@ -967,11 +1582,26 @@ var file_api_localv1_localv1_proto_depIdxs = []int32{
 	1,  // 8: kpng.localv1.Endpoint.protocol:type_name -> kpng.localv1.Protocol
 	4,  // 9: kpng.localv1.NodeState.services:type_name -> kpng.localv1.ServiceEndpoints
 	8,  // 10: kpng.localv1.NodeState.node:type_name -> kpng.localv1.Node
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	0,  // 11: kpng.localv1.ServiceKey.family:type_name -> kpng.localv1.IPFamily
+	11, // 12: kpng.localv1.EndpointOp.key:type_name -> kpng.localv1.ServiceKey
+	7,  // 13: kpng.localv1.EndpointOp.endpoint:type_name -> kpng.localv1.Endpoint
+	11, // 14: kpng.localv1.TriggerTime.key:type_name -> kpng.localv1.ServiceKey
+	8,  // 15: kpng.localv1.NodeInfo.node:type_name -> kpng.localv1.Node
+	15, // 16: kpng.localv1.Op.reset:type_name -> kpng.localv1.Reset
+	5,  // 17: kpng.localv1.Op.set_service:type_name -> kpng.localv1.Service
+	11, // 18: kpng.localv1.Op.delete_service:type_name -> kpng.localv1.ServiceKey
+	12, // 19: kpng.localv1.Op.set_endpoint:type_name -> kpng.localv1.EndpointOp
+	12, // 20: kpng.localv1.Op.delete_endpoint:type_name -> kpng.localv1.EndpointOp
+	13, // 21: kpng.localv1.Op.set_trigger_time:type_name -> kpng.localv1.TriggerTime
+	14, // 22: kpng.localv1.Op.set_node:type_name -> kpng.localv1.NodeInfo
+	16, // 23: kpng.localv1.Op.sync:type_name -> kpng.localv1.Sync
+	10, // 24: kpng.localv1.Watch.Watch:input_type -> kpng.localv1.WatchRequest
+	17, // 25: kpng.localv1.Watch.Watch:output_type -> kpng.localv1.Op
+	25, // [25:26] is the sub-list for method output_type
+	24, // [24:25] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_api_localv1_localv1_proto_init() }
@@ -979,15 +1609,25 @@ func file_api_localv1_localv1_proto_init() {
 	if File_api_localv1_localv1_proto != nil {
 		return
 	}
+	file_api_localv1_localv1_proto_msgTypes[13].OneofWrappers = []any{
+		(*Op_Reset_)(nil),
+		(*Op_SetService)(nil),
+		(*Op_DeleteService)(nil),
+		(*Op_SetEndpoint)(nil),
+		(*Op_DeleteEndpoint)(nil),
+		(*Op_SetTriggerTime)(nil),
+		(*Op_SetNode)(nil),
+		(*Op_Sync)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_localv1_localv1_proto_rawDesc), len(file_api_localv1_localv1_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   6,
+			NumMessages:   14,
 			NumExtensions: 0,
-			NumServices:   0,
+			NumServices:   1,
 		},
 		GoTypes:           file_api_localv1_localv1_proto_goTypes,
 		DependencyIndexes: file_api_localv1_localv1_proto_depIdxs,
