@@ -1331,6 +1331,52 @@ func (*Op_DeleteServiceCidr) isOp_Op() {}
 
 func (*Op_Sync) isOp_Op() {}
 
+// Ops carries operations in order: a batch is sent as one or more Ops
+// messages, the last of which ends with the batch's Sync.
+type Ops struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ops           []*Op                  `protobuf:"bytes,1,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Ops) Reset() {
+	*x = Ops{}
+	mi := &file_api_globalv1_globalv1_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ops) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ops) ProtoMessage() {}
+
+func (x *Ops) ProtoReflect() protoreflect.Message {
+	mi := &file_api_globalv1_globalv1_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ops.ProtoReflect.Descriptor instead.
+func (*Ops) Descriptor() ([]byte, []int) {
+	return file_api_globalv1_globalv1_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Ops) GetOps() []*Op {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
 var File_api_globalv1_globalv1_proto protoreflect.FileDescriptor
 
 const file_api_globalv1_globalv1_proto_rawDesc = "" +
@@ -1428,7 +1474,9 @@ const file_api_globalv1_globalv1_proto_rawDesc = "" +
 	"\x13delete_service_cidr\x18\t \x01(\v2\x18.kpng.globalv1.ObjectKeyH\x00R\x11deleteServiceCidr\x12)\n" +
 	"\x04sync\x18\n" +
 	" \x01(\v2\x13.kpng.globalv1.SyncH\x00R\x04syncB\x04\n" +
-	"\x02op*@\n" +
+	"\x02op\"*\n" +
+	"\x03Ops\x12#\n" +
+	"\x03ops\x18\x01 \x03(\v2\x11.kpng.globalv1.OpR\x03ops*@\n" +
 	"\bProtocol\x12\x18\n" +
 	"\x14PROTOCOL_UNSPECIFIED\x10\x00\x12\a\n" +
 	"\x03TCP\x10\x01\x12\a\n" +
@@ -1449,9 +1497,9 @@ const file_api_globalv1_globalv1_proto_rawDesc = "" +
 	"\x18ADDRESS_TYPE_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04IPV4\x10\x01\x12\b\n" +
 	"\x04IPV6\x10\x02\x12\b\n" +
-	"\x04FQDN\x10\x032D\n" +
-	"\x05Watch\x12;\n" +
-	"\x05Watch\x12\x1b.kpng.globalv1.WatchRequest\x1a\x11.kpng.globalv1.Op(\x010\x01B#Z!github.com/kpng/kpng/api/globalv1b\x06proto3"
+	"\x04FQDN\x10\x032E\n" +
+	"\x05Watch\x12<\n" +
+	"\x05Watch\x12\x1b.kpng.globalv1.WatchRequest\x1a\x12.kpng.globalv1.Ops(\x010\x01B#Z!github.com/kpng/kpng/api/globalv1b\x06proto3"
 
 var (
 	file_api_globalv1_globalv1_proto_rawDescOnce sync.Once
@@ -1466,7 +1514,7 @@ func file_api_globalv1_globalv1_proto_rawDescGZIP() []byte {
 }
 
 var file_api_globalv1_globalv1_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_api_globalv1_globalv1_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_api_globalv1_globalv1_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_api_globalv1_globalv1_proto_goTypes = []any{
 	(Protocol)(0),               // 0: kpng.globalv1.Protocol
 	(ServiceType)(0),            // 1: kpng.globalv1.ServiceType
@@ -1485,6 +1533,7 @@ var file_api_globalv1_globalv1_proto_goTypes = []any{
 	(*Reset)(nil),               // 14: kpng.globalv1.Reset
 	(*Sync)(nil),                // 15: kpng.globalv1.Sync
 	(*Op)(nil),                  // 16: kpng.globalv1.Op
+	(*Ops)(nil),                 // 17: kpng.globalv1.Ops
 }
 var file_api_globalv1_globalv1_proto_depIdxs = []int32{
 	1,  // 0: kpng.globalv1.Service.type:type_name -> kpng.globalv1.ServiceType
@@ -1507,13 +1556,14 @@ var file_api_globalv1_globalv1_proto_depIdxs = []int32{
 	11, // 17: kpng.globalv1.Op.set_service_cidr:type_name -> kpng.globalv1.ServiceCIDR
 	13, // 18: kpng.globalv1.Op.delete_service_cidr:type_name -> kpng.globalv1.ObjectKey
 	15, // 19: kpng.globalv1.Op.sync:type_name -> kpng.globalv1.Sync
-	12, // 20: kpng.globalv1.Watch.Watch:input_type -> kpng.globalv1.WatchRequest
-	16, // 21: kpng.globalv1.Watch.Watch:output_type -> kpng.globalv1.Op
-	21, // [21:22] is the sub-list for method output_type
-	20, // [20:21] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	16, // 20: kpng.globalv1.Ops.ops:type_name -> kpng.globalv1.Op
+	12, // 21: kpng.globalv1.Watch.Watch:input_type -> kpng.globalv1.WatchRequest
+	17, // 22: kpng.globalv1.Watch.Watch:output_type -> kpng.globalv1.Ops
+	22, // [22:23] is the sub-list for method output_type
+	21, // [21:22] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_api_globalv1_globalv1_proto_init() }
@@ -1542,7 +1592,7 @@ func file_api_globalv1_globalv1_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_globalv1_globalv1_proto_rawDesc), len(file_api_globalv1_globalv1_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1417,6 +1417,52 @@ func (*Op_SetNode) isOp_Op() {}
 
 func (*Op_Sync) isOp_Op() {}
 
+// Ops carries operations in order: a batch is sent as one or more Ops
+// messages, the last of which ends with the batch's Sync.
+type Ops struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ops           []*Op                  `protobuf:"bytes,1,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Ops) Reset() {
+	*x = Ops{}
+	mi := &file_api_localv1_localv1_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ops) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ops) ProtoMessage() {}
+
+func (x *Ops) ProtoReflect() protoreflect.Message {
+	mi := &file_api_localv1_localv1_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ops.ProtoReflect.Descriptor instead.
+func (*Ops) Descriptor() ([]byte, []int) {
+	return file_api_localv1_localv1_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Ops) GetOps() []*Op {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
 var File_api_localv1_localv1_proto protoreflect.FileDescriptor
 
 const file_api_localv1_localv1_proto_rawDesc = "" +
@@ -1514,7 +1560,9 @@ const file_api_localv1_localv1_proto_rawDesc = "" +
 	"\x10set_trigger_time\x18\x06 \x01(\v2\x19.kpng.localv1.TriggerTimeH\x00R\x0esetTriggerTime\x123\n" +
 	"\bset_node\x18\a \x01(\v2\x16.kpng.localv1.NodeInfoH\x00R\asetNode\x12(\n" +
 	"\x04sync\x18\b \x01(\v2\x12.kpng.localv1.SyncH\x00R\x04syncB\x04\n" +
-	"\x02op*9\n" +
+	"\x02op\")\n" +
+	"\x03Ops\x12\"\n" +
+	"\x03ops\x18\x01 \x03(\v2\x10.kpng.localv1.OpR\x03ops*9\n" +
 	"\bIPFamily\x12\x19\n" +
 	"\x15IP_FAMILY_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04IPV4\x10\x01\x12\b\n" +
@@ -1532,9 +1580,9 @@ const file_api_localv1_localv1_proto_rawDesc = "" +
 	"\rLOAD_BALANCER\x10\x03*'\n" +
 	"\rTrafficPolicy\x12\v\n" +
 	"\aCLUSTER\x10\x00\x12\t\n" +
-	"\x05LOCAL\x10\x012B\n" +
-	"\x05Watch\x129\n" +
-	"\x05Watch\x12\x1a.kpng.localv1.WatchRequest\x1a\x10.kpng.localv1.Op(\x010\x01B\"Z github.com/kpng/kpng/api/localv1b\x06proto3"
+	"\x05LOCAL\x10\x012C\n" +
+	"\x05Watch\x12:\n" +
+	"\x05Watch\x12\x1a.kpng.localv1.WatchRequest\x1a\x11.kpng.localv1.Ops(\x010\x01B\"Z github.com/kpng/kpng/api/localv1b\x06proto3"
 
 var (
 	file_api_localv1_localv1_proto_rawDescOnce sync.Once
@@ -1549,7 +1597,7 @@ func file_api_localv1_localv1_proto_rawDescGZIP() []byte {
 }
 
 var file_api_localv1_localv1_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_api_localv1_localv1_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_api_localv1_localv1_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_api_localv1_localv1_proto_goTypes = []any{
 	(IPFamily)(0),            // 0: kpng.localv1.IPFamily
 	(Protocol)(0),            // 1: kpng.localv1.Protocol
@@ -1569,6 +1617,7 @@ var file_api_localv1_localv1_proto_goTypes = []any{
 	(*Reset)(nil),            // 15: kpng.localv1.Reset
 	(*Sync)(nil),             // 16: kpng.localv1.Sync
 	(*Op)(nil),               // 17: kpng.localv1.Op
+	(*Ops)(nil),              // 18: kpng.localv1.Ops
 }
 var file_api_localv1_localv1_proto_depIdxs = []int32{
 	5,  // 0: kpng.localv1.ServiceEndpoints.service:type_name -> kpng.localv1.Service
@@ -1595,13 +1644,14 @@ var file_api_localv1_localv1_proto_depIdxs = []int32{
 	13, // 21: kpng.localv1.Op.set_trigger_time:type_name -> kpng.localv1.TriggerTime
 	14, // 22: kpng.localv1.Op.set_node:type_name -> kpng.localv1.NodeInfo
 	16, // 23: kpng.localv1.Op.sync:type_name -> kpng.localv1.Sync
-	10, // 24: kpng.localv1.Watch.Watch:input_type -> kpng.localv1.WatchRequest
-	17, // 25: kpng.localv1.Watch.Watch:output_type -> kpng.localv1.Op
-	25, // [25:26] is the sub-list for method output_type
-	24, // [24:25] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	17, // 24: kpng.localv1.Ops.ops:type_name -> kpng.localv1.Op
+	10, // 25: kpng.localv1.Watch.Watch:input_type -> kpng.localv1.WatchRequest
+	18, // 26: kpng.localv1.Watch.Watch:output_type -> kpng.localv1.Ops
+	26, // [26:27] is the sub-list for method output_type
+	25, // [25:26] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_api_localv1_localv1_proto_init() }
@@ -1625,7 +1675,7 @@ func file_api_localv1_localv1_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_localv1_localv1_proto_rawDesc), len(file_api_localv1_localv1_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,7 +35,7 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type WatchClient interface {
-	Watch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WatchRequest, Op], error)
+	Watch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WatchRequest, Ops], error)
 }
 
 type watchClient struct {
@@ -46,24 +46,24 @@ func NewWatchClient(cc grpc.ClientConnInterface) WatchClient {
 	return &watchClient{cc}
 }
 
-func (c *watchClient) Watch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WatchRequest, Op], error) {
+func (c *watchClient) Watch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WatchRequest, Ops], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Watch_ServiceDesc.Streams[0], Watch_Watch_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	x := &grpc.GenericClientStream[WatchRequest, Op]{ClientStream: stream}
+	x := &grpc.GenericClientStream[WatchRequest, Ops]{ClientStream: stream}
 	return x, nil
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Watch_WatchClient = grpc.BidiStreamingClient[WatchRequest, Op]
+type Watch_WatchClient = grpc.BidiStreamingClient[WatchRequest, Ops]
 
 // WatchServer is the server API for Watch service.
 // All implementations must embed UnimplementedWatchServer
 // for forward compatibility.
 type WatchServer interface {
-	Watch(grpc.BidiStreamingServer[WatchRequest, Op]) error
+	Watch(grpc.BidiStreamingServer[WatchRequest, Ops]) error
 	mustEmbedUnimplementedWatchServer()
 }
 
@@ -74,7 +74,7 @@ type WatchServer interface {
 // pointer dereference when methods are called.
 type UnimplementedWatchServer struct{}
 
-func (UnimplementedWatchServer) Watch(grpc.BidiStreamingServer[WatchRequest, Op]) error {
+func (UnimplementedWatchServer) Watch(grpc.BidiStreamingServer[WatchRequest, Ops]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
 }
 func (UnimplementedWatchServer) mustEmbedUnimplementedWatchServer() {}
@@ -99,11 +99,11 @@ func RegisterWatchServer(s grpc.ServiceRegistrar, srv WatchServer) {
 }
 
 func _Watch_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
-	return srv.(WatchServer).Watch(&grpc.GenericServerStream[WatchRequest, Op]{ServerStream: stream})
+	return srv.(WatchServer).Watch(&grpc.GenericServerStream[WatchRequest, Ops]{ServerStream: stream})
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Watch_WatchServer = grpc.BidiStreamingServer[WatchRequest, Op]
+type Watch_WatchServer = grpc.BidiStreamingServer[WatchRequest, Ops]
 
 // Watch_ServiceDesc is the grpc.ServiceDesc for Watch service.
 // It's only intended for direct use with grpc.RegisterService,
