@@ -32,6 +32,7 @@ type Process struct {
 	err  error         // the current run's exit error, once done
 	out  syncBuffer    // output of every run, with a header per run
 	runs int
+	from int // offset in out where the current run's own output starts
 }
 
 // Start starts argv in the namespace. Its output (stdout and stderr) is kept
@@ -50,6 +51,7 @@ func (p *Process) start() error {
 	defer p.mu.Unlock()
 	p.runs++
 	fmt.Fprintf(&p.out, "=== run %d: %s\n", p.runs, strings.Join(p.Argv, " "))
+	p.from = p.out.len()
 	cmd := p.ns.Command(context.Background(), p.Argv...)
 	cmd.Stdout = &p.out
 	cmd.Stderr = &p.out
@@ -167,19 +169,27 @@ func (n *Node) Start(t testing.TB, argv ...string) *Process {
 	return p
 }
 
-// WaitOutput waits until the process's output (of any run) contains substr,
-// e.g. a proxy's "synced" log line, and fails the test if that takes longer
-// than within. It wakes on every write, not on a timer.
+// WaitOutput waits until the current run's output contains substr, e.g. a
+// proxy's "synced" log line, and fails the test if that takes longer than
+// within or if the run exits first. It wakes on every write, not on a timer.
 func (p *Process) WaitOutput(t testing.TB, substr string, within time.Duration) {
 	t.Helper()
+	p.mu.Lock()
+	from, done := p.from, p.done
+	p.mu.Unlock()
 	timeout := time.After(within)
 	for {
 		out, changed := p.out.snapshot()
-		if strings.Contains(out, substr) {
+		if strings.Contains(out[from:], substr) {
 			return
 		}
 		select {
 		case <-changed:
+		case <-done:
+			if out, _ := p.out.snapshot(); strings.Contains(out[from:], substr) {
+				return
+			}
+			t.Fatalf("process %s exited before printing %q; output:\n%s", strings.Join(p.Argv, " "), substr, p.Output())
 		case <-timeout:
 			t.Fatalf("process %s: no %q in its output within %v; output:\n%s", strings.Join(p.Argv, " "), substr, within, out)
 		}
@@ -202,6 +212,12 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 		s.changed = nil
 	}
 	return s.b.Write(p)
+}
+
+func (s *syncBuffer) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Len()
 }
 
 // snapshot returns the content and a channel closed at the next write.

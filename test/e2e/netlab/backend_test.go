@@ -1,0 +1,172 @@
+//go:build e2e
+
+package netlab
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// staticNft is a stand-in backend for proving the harness: its "cluster
+// state" is an nft ruleset, which it loads into the node and then idles like a
+// proxy would. Real backends read cluster state (see Kpng).
+var staticNft = Command{
+	BackendName: "static-nft",
+	Argv: func(t testing.TB, node *Node, stateFile string) []string {
+		return []string{"sh", "-c", `nft -f "$1" && echo synced && exec sleep 1000000`, "static-nft", stateFile}
+	},
+}
+
+// serviceRules DNATs a dual-stack "service" (10.96.0.10 and fd00:96::10,
+// port 80, TCP and UDP) to port 8080 of endpoints, chosen at random, from
+// pods (prerouting) and from the node itself (output). Like kube-proxy, it
+// masquerades hairpin traffic (a pod reaching itself through the service):
+// otherwise the pod receives a packet from its own address, which its kernel
+// drops as a martian.
+func serviceRules(endpoints []*Pod) string {
+	var b strings.Builder
+	b.WriteString("table inet static-proxy {\n")
+	b.WriteString("\tchain prerouting {\n\t\ttype nat hook prerouting priority -100; jump services\n\t}\n")
+	b.WriteString("\tchain output {\n\t\ttype nat hook output priority -100; jump services\n\t}\n")
+	b.WriteString("\tchain postrouting {\n\t\ttype nat hook postrouting priority 100; meta mark & 0x4000 != 0 masquerade\n\t}\n")
+	for _, fam := range []int{4, 6} {
+		ip := "ip"
+		if fam == 6 {
+			ip = "ip6"
+		}
+		var vmap []string
+		for i, p := range endpoints {
+			chain := fmt.Sprintf("ep-%s-v%d", p.Name, fam)
+			vmap = append(vmap, fmt.Sprintf("%d : jump %s", i, chain))
+			addr := p.Addr(fam).String()
+			if fam == 6 {
+				addr = "[" + addr + "]"
+			}
+			fmt.Fprintf(&b, "\tchain %s {\n\t\t%s saddr %s meta mark set meta mark | 0x4000\n\t\tmeta l4proto tcp dnat %s to %s:8080\n\t\tmeta l4proto udp dnat %s to %s:8080\n\t}\n", chain, ip, p.Addr(fam), ip, addr, ip, addr)
+		}
+		fmt.Fprintf(&b, "\tchain svc-v%d {\n\t\tnumgen random mod %d vmap { %s }\n\t}\n", fam, len(endpoints), strings.Join(vmap, ", "))
+	}
+	b.WriteString("\tchain services {\n")
+	b.WriteString("\t\tip daddr 10.96.0.10 th dport 80 jump svc-v4\n")
+	b.WriteString("\t\tip6 daddr fd00:96::10 th dport 80 jump svc-v6\n")
+	b.WriteString("\t}\n}\n")
+	return b.String()
+}
+
+// TestBackend runs a suite the way backend suites will: start the backend on
+// every node, wait for it, then assert what clients observe: load spread over
+// a local and a remote endpoint, and client addresses preserved.
+func TestBackend(t *testing.T) {
+	for _, b := range []Backend{staticNft} {
+		t.Run(b.Name(), func(t *testing.T) {
+			l := New(t, DefaultSpec())
+			endpoints := []*Pod{l.Pod("pod-b"), l.Pod("pod-c")}
+			state := filepath.Join(t.TempDir(), "rules.nft")
+			if err := os.WriteFile(state, []byte(serviceRules(endpoints)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range l.Nodes {
+				p := b.Start(t, n, state)
+				p.WaitOutput(t, "synced", 10*time.Second)
+			}
+			n1 := l.Node("node-1")
+			if !n1.BrNetfilter {
+				t.Fatal("kernel lacks br_netfilter: pod-a cannot reach pod-b (same bridge) through a service")
+			}
+			clients := []*Host{&l.Pod("pod-a").Host, &n1.Host, &l.Pod("pod-c").Host}
+			for _, c := range clients {
+				for _, vip := range []netip.AddrPort{netip.MustParseAddrPort("10.96.0.10:80"), netip.MustParseAddrPort("[fd00:96::10]:80")} {
+					for _, proto := range []Protocol{TCP, UDP} {
+						t.Run(fmt.Sprintf("%s/%s/%s", c.Name, vip, proto), func(t *testing.T) {
+							dial := func() Result { return c.Dial(proto, vip, DefaultTimeout) }
+							Eventually(t, 5*time.Second, dial, Answered("pod-b", "pod-c"))
+							got := map[string]int{}
+							for range 40 {
+								r := dial()
+								switch {
+								case r.Outcome != OK:
+								case r.Pod == c.Name:
+									// Hairpin: masqueraded to the node's bridge address.
+									if gw := n2Gateway(l, vip.Addr()); r.Peer.Addr() != gw {
+										t.Errorf("hairpin: %s saw %s, want the bridge address %s", r.Pod, r.Peer, gw)
+									}
+								case r.Peer.Addr() != r.Local.Addr():
+									t.Errorf("%s saw %s, client is %s: unexpected SNAT", r.Pod, r.Peer, r.Local)
+								}
+								got[r.Pod+"<"+r.Outcome.String()+">"]++
+							}
+							if len(got) != 2 || got["pod-b<ok>"] == 0 || got["pod-c<ok>"] == 0 {
+								t.Errorf("want answers from pod-b and pod-c only, got %v", got)
+							}
+						})
+					}
+				}
+			}
+		})
+	}
+}
+
+// n2Gateway is node-2's pod-bridge address of vip's family: what a
+// masqueraded hairpin connection of pod-c comes from.
+func n2Gateway(l *Lab, vip netip.Addr) netip.Addr {
+	if vip.Is4() {
+		return l.Node("node-2").GatewayV4
+	}
+	return l.Node("node-2").GatewayV6
+}
+
+// TestBrNetfilterNeededForSameNodeService documents why nodes get
+// bridge-nf-call-iptables=1: without it, a pod's reply to a same-bridge
+// client bypasses conntrack, is not un-DNATed, and the client never gets an
+// answer from the address it dialed.
+func TestBrNetfilterNeededForSameNodeService(t *testing.T) {
+	l := New(t, DefaultSpec())
+	n1 := l.Node("node-1")
+	if !n1.BrNetfilter {
+		t.Fatal("kernel lacks br_netfilter: nothing to check")
+	}
+	if _, err := n1.NS.RunInput(serviceRules([]*Pod{l.Pod("pod-b")}), "nft", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	a := l.Pod("pod-a")
+	vip := netip.MustParseAddrPort("10.96.0.10:80")
+	if r := a.TCP(vip); r.Outcome != OK || r.Pod != "pod-b" {
+		t.Fatalf("with br_netfilter: %v", r)
+	}
+	if err := n1.NS.Sysctl(map[string]string{"net.bridge.bridge-nf-call-iptables": "0"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.TCP(vip); r.Outcome == OK {
+		t.Fatalf("without br_netfilter, same-bridge service traffic still works: %v", r)
+	} else {
+		t.Logf("without br_netfilter: %v", r)
+	}
+}
+
+// TestKpngBackend runs the real kpng binary in a node through the Backend
+// interface: the file source and to-file sink, which needs no dataplane.
+func TestKpngBackend(t *testing.T) {
+	l := New(t, DefaultSpec())
+	state, err := filepath.Abs("../../../examples/cluster.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := Kpng("file", "--output", "-", "--follow")
+	p := b.Start(t, l.Node("node-1"), state)
+	p.WaitOutput(t, "nodeName: node-1", 2*time.Minute)
+	checkNetns(t, p.Pid(), l.Node("node-1").NS)
+	if err := p.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(p.Output(), "=== run") != 3 { // run 1, its exit, run 2
+		t.Errorf("output:\n%s", p.Output())
+	}
+	if p.Err() != nil || !p.Running() {
+		t.Errorf("after restart: running %v, err %v", p.Running(), p.Err())
+	}
+}
