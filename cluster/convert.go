@@ -289,9 +289,14 @@ func EndpointSliceFromK8s(in *discoveryv1.EndpointSlice) (*globalv1.EndpointSlic
 	_, out.HeadlessLabel = in.Labels[LabelHeadless]
 	if t, ok := in.Annotations[AnnotationTriggerTime]; ok {
 		ts, err := time.Parse(time.RFC3339Nano, t)
-		if err != nil {
+		switch {
+		case err != nil:
 			warn.add("endpointslice %s/%s: annotation %s ignored: %v", in.Namespace, in.Name, AnnotationTriggerTime, err)
-		} else {
+		case !time.Unix(0, ts.UnixNano()).Equal(ts):
+			// UnixNano wraps outside 1678-2262: a garbage time would poison
+			// the sync-latency metrics instead of being absent.
+			warn.add("endpointslice %s/%s: annotation %s ignored: %q is out of range", in.Namespace, in.Name, AnnotationTriggerTime, t)
+		default:
 			out.TriggerTimeUnixNano = ts.UnixNano()
 		}
 	}
