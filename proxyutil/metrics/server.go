@@ -1,0 +1,102 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/klog/v2"
+)
+
+// Server is kube-proxy's metrics server: /metrics, /healthz (a plain "ok":
+// the proxy's real health is on the health server), /proxyMode, /configz,
+// and with Profiling the /debug/pprof pages.
+type Server struct {
+	// Addr is the host:port to listen on (kube-proxy's metricsBindAddress).
+	Addr string
+	// ProxyMode is what /proxyMode answers, e.g. ModeNFTables.
+	ProxyMode string
+	// Configz, if set, returns the body of /configz (JSON); otherwise
+	// /configz is not served.
+	Configz func() ([]byte, error)
+	// Profiling serves /debug/pprof/ (kube-proxy's enableProfiling).
+	Profiling bool
+}
+
+// Handler returns the server's routes.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", legacyregistry.Handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		fmt.Fprint(w, "ok")
+	})
+	mux.HandleFunc("/proxyMode", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		fmt.Fprint(w, s.ProxyMode)
+	})
+	if s.Configz != nil {
+		mux.HandleFunc("/configz", func(w http.ResponseWriter, _ *http.Request) {
+			body, err := s.Configz()
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			_, _ = w.Write(body)
+		})
+	}
+	if s.Profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
+}
+
+// Listen opens the server's socket.
+func (s *Server) Listen() (net.Listener, error) {
+	ln, err := net.Listen("tcp", s.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics server on %s: %w", s.Addr, err)
+	}
+	return ln, nil
+}
+
+// Serve serves on ln until ctx ends, then closes it and returns nil.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	return serveUntil(ctx, &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}, ln)
+}
+
+// Run listens on Addr and serves until ctx ends. It returns at once if the
+// address cannot be bound; kube-proxy retries every 5 seconds unless
+// bindAddressHardFail is set, and that choice is the caller's.
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := s.Listen()
+	if err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(2).Info("Serving metrics", "address", ln.Addr().String())
+	return s.Serve(ctx, ln)
+}
+
+// serveUntil serves srv on ln until ctx ends.
+func serveUntil(ctx context.Context, srv *http.Server, ln net.Listener) error {
+	stop := context.AfterFunc(ctx, func() { _ = srv.Close() })
+	defer stop()
+	err := srv.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
