@@ -106,12 +106,13 @@ func ServiceFromK8s(in *corev1.Service) (*globalv1.Service, Warnings, error) {
 		})
 	}
 	for i, r := range in.Spec.LoadBalancerSourceRanges {
-		prefix, err := netip.ParsePrefix(strings.TrimSpace(r))
+		// The API server's validation lets whitespace through; kube-proxy trims it.
+		prefix, err := parseCIDR(strings.TrimSpace(r))
 		if err != nil {
-			warn.add("service %s/%s: spec.loadBalancerSourceRanges[%d] dropped: invalid CIDR %q", in.Namespace, in.Name, i, r)
+			warn.add("service %s/%s: spec.loadBalancerSourceRanges[%d] dropped: %v", in.Namespace, in.Name, i, err)
 			continue
 		}
-		out.LoadBalancerSourceRanges = append(out.LoadBalancerSourceRanges, prefix.Masked().String())
+		out.LoadBalancerSourceRanges = append(out.LoadBalancerSourceRanges, prefix)
 	}
 
 	for i := range in.Spec.Ports {
@@ -213,15 +214,13 @@ func protocol(p corev1.Protocol) (globalv1.Protocol, error) {
 	return 0, fmt.Errorf("unknown protocol %q", p)
 }
 
-// parseIP returns the canonical form of an IP address. Like kube-proxy, it
-// accepts the legacy forms with leading zeros in IPv4 octets.
+// parseIP returns the canonical form of an IP address, read as kube-proxy
+// reads it (k8s.io/utils/net.ParseIPSloppy): IPv4 octets may carry leading
+// zeros, and an IPv4-mapped IPv6 address is its IPv4 address.
 func parseIP(s string) (string, error) {
-	addr, err := netip.ParseAddr(s)
+	addr, err := parseIPSloppy(s)
 	if err != nil {
-		addr, err = parseSloppyIPv4(s)
-		if err != nil {
-			return "", fmt.Errorf("invalid IP address %q", s)
-		}
+		return "", fmt.Errorf("invalid IP address %q", s)
 	}
 	if addr.Zone() != "" {
 		return "", fmt.Errorf("invalid IP address %q: zones are not allowed", s)
@@ -229,8 +228,57 @@ func parseIP(s string) (string, error) {
 	return addr.Unmap().String(), nil
 }
 
-// parseSloppyIPv4 reads "010.001.002.003" as 10.1.2.3, the way the API
-// server validated (and so may still store) addresses before Kubernetes 1.20.
+// parseCIDR returns the canonical, masked form of a CIDR, read as kube-proxy
+// reads it (k8s.io/utils/net.ParseCIDRSloppy): sloppy addresses as in
+// parseIP, and an IPv4-mapped prefix is the IPv4 prefix.
+func parseCIDR(s string) (string, error) {
+	addrPart, bitsPart, ok := strings.Cut(s, "/")
+	addr, err := parseIPSloppy(addrPart)
+	if !ok || err != nil || addr.Zone() != "" {
+		return "", fmt.Errorf("invalid CIDR %q", s)
+	}
+	bits, err := decimal(bitsPart)
+	if err != nil || bits > addr.BitLen() {
+		return "", fmt.Errorf("invalid CIDR %q", s)
+	}
+	p := netip.PrefixFrom(addr, bits).Masked()
+	if p.Addr().Is4In6() {
+		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+	}
+	return p.String(), nil
+}
+
+// parseIPSloppy is netip.ParseAddr, also accepting leading zeros in IPv4
+// octets (alone or as the tail of an IPv6 address) and in IPv6 groups of
+// more than four digits, the way the API server validated addresses before
+// Kubernetes 1.20, so that old objects still in etcd may carry them.
+func parseIPSloppy(s string) (netip.Addr, error) {
+	if addr, err := netip.ParseAddr(s); err == nil {
+		return addr, nil
+	}
+	if !strings.Contains(s, ":") {
+		return parseSloppyIPv4(s)
+	}
+	groups := strings.Split(s, ":")
+	for i, g := range groups {
+		if i == len(groups)-1 && strings.Contains(g, ".") {
+			v4, err := parseSloppyIPv4(g)
+			if err != nil {
+				return netip.Addr{}, err
+			}
+			groups[i] = v4.String()
+		} else if len(g) > 4 && strings.Trim(g, "0123456789abcdefABCDEF") == "" {
+			if g = strings.TrimLeft(g, "0"); g == "" {
+				g = "0"
+			}
+			groups[i] = g
+		}
+	}
+	return netip.ParseAddr(strings.Join(groups, ":"))
+}
+
+// parseSloppyIPv4 reads "010.001.002.003" as 10.1.2.3: octets are decimal
+// whatever their leading zeros.
 func parseSloppyIPv4(s string) (netip.Addr, error) {
 	parts := strings.Split(s, ".")
 	if len(parts) != 4 {
@@ -238,22 +286,32 @@ func parseSloppyIPv4(s string) (netip.Addr, error) {
 	}
 	var b [4]byte
 	for i, p := range parts {
-		if p == "" || len(p) > 3 {
-			return netip.Addr{}, fmt.Errorf("not an IPv4 address")
-		}
-		n := 0
-		for _, c := range p {
-			if c < '0' || c > '9' {
-				return netip.Addr{}, fmt.Errorf("not an IPv4 address")
-			}
-			n = n*10 + int(c-'0')
-		}
-		if n > 255 {
+		n, err := decimal(p)
+		if err != nil || n > 255 {
 			return netip.Addr{}, fmt.Errorf("not an IPv4 address")
 		}
 		b[i] = byte(n)
 	}
 	return netip.AddrFrom4(b), nil
+}
+
+// decimal reads a non-empty string of ASCII digits (leading zeros allowed,
+// no sign) that stays below 1<<24.
+func decimal(s string) (int, error) {
+	if s == "" {
+		return 0, fmt.Errorf("not a number")
+	}
+	n := 0
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("not a number")
+		}
+		n = n*10 + int(c-'0')
+		if n >= 1<<24 {
+			return 0, fmt.Errorf("number too large")
+		}
+	}
+	return n, nil
 }
 
 // EndpointSliceFromK8s converts a discovery/v1 EndpointSlice into the
@@ -398,12 +456,12 @@ func NodeFromK8s(in *corev1.Node) (*globalv1.Node, Warnings, error) {
 		cidrs = []string{in.Spec.PodCIDR}
 	}
 	for i, c := range cidrs {
-		prefix, err := netip.ParsePrefix(c)
+		prefix, err := parseCIDR(c)
 		if err != nil {
-			warn.add("node %s: spec.podCIDRs[%d] dropped: invalid CIDR %q", in.Name, i, c)
+			warn.add("node %s: spec.podCIDRs[%d] dropped: %v", in.Name, i, err)
 			continue
 		}
-		out.PodCidrs = append(out.PodCidrs, prefix.Masked().String())
+		out.PodCidrs = append(out.PodCidrs, prefix)
 	}
 	return out, warn, nil
 }
@@ -419,12 +477,12 @@ func ServiceCIDRFromK8s(in *networkingv1.ServiceCIDR) (*globalv1.ServiceCIDR, Wa
 	var warn Warnings
 	out := &globalv1.ServiceCIDR{Name: in.Name}
 	for i, c := range in.Spec.CIDRs {
-		prefix, err := netip.ParsePrefix(c)
+		prefix, err := parseCIDR(c)
 		if err != nil {
-			warn.add("servicecidr %s: spec.cidrs[%d] dropped: invalid CIDR %q", in.Name, i, c)
+			warn.add("servicecidr %s: spec.cidrs[%d] dropped: %v", in.Name, i, err)
 			continue
 		}
-		out.Cidrs = append(out.Cidrs, prefix.Masked().String())
+		out.Cidrs = append(out.Cidrs, prefix)
 	}
 	return out, warn, nil
 }
