@@ -440,16 +440,21 @@ func NodeFromK8s(in *corev1.Node) (*globalv1.Node, Warnings, error) {
 	}
 	var warn Warnings
 	out := &globalv1.Node{Name: in.Name, Zone: in.Labels[LabelTopologyZone]}
-	for i, a := range in.Status.Addresses {
-		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
-			continue
+	// InternalIPs first, then ExternalIPs, as kube-proxy orders them, so
+	// that the first address of a family is the one kube-proxy takes as the
+	// node's primary IP in that family.
+	for _, typ := range []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP} {
+		for i, a := range in.Status.Addresses {
+			if a.Type != typ {
+				continue
+			}
+			addr, err := parseIP(a.Address)
+			if err != nil {
+				warn.add("node %s: status.addresses[%d] dropped: %v", in.Name, i, err)
+				continue
+			}
+			out.Addresses = append(out.Addresses, addr)
 		}
-		addr, err := parseIP(a.Address)
-		if err != nil {
-			warn.add("node %s: status.addresses[%d] dropped: %v", in.Name, i, err)
-			continue
-		}
-		out.Addresses = append(out.Addresses, addr)
 	}
 	cidrs := in.Spec.PodCIDRs
 	if len(cidrs) == 0 && in.Spec.PodCIDR != "" {
