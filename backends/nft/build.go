@@ -1,0 +1,432 @@
+package nft
+
+import (
+	"net/netip"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/kpng/kpng/api/localv1"
+)
+
+// family is what differs between the IPv4 and the IPv6 table.
+type family struct {
+	model     localv1.IPFamily
+	nft       knftables.Family // "ip" or "ip6"
+	ipX       string           // "ip" or "ip6" in match expressions
+	addrType  string           // "ipv4_addr" or "ipv6_addr"
+	localhost string           // matches a destination that is not loopback
+}
+
+var (
+	ipv4 = family{model: localv1.IPFamily_IPV4, nft: knftables.IPv4Family, ipX: "ip", addrType: "ipv4_addr", localhost: "ip daddr != 127.0.0.0/8"}
+	ipv6 = family{model: localv1.IPFamily_IPV6, nft: knftables.IPv6Family, ipX: "ip6", addrType: "ipv6_addr", localhost: "ip6 daddr != ::1"}
+)
+
+func (f family) String() string {
+	if f.model == localv1.IPFamily_IPV6 {
+		return "IPv6"
+	}
+	return "IPv4"
+}
+
+// has reports whether addr is of this family.
+func (f family) has(addr netip.Addr) bool {
+	return addr.IsValid() && addr.Unmap().Is4() == (f.model == localv1.IPFamily_IPV4)
+}
+
+// env is everything besides a service that its rules depend on. It is
+// computed from the flags and the node at each sync; a change of env
+// rebuilds every part (a rare event: the node's addresses or pod CIDRs).
+type env struct {
+	family
+	masqueradeMark string // "0x004000"
+	masqueradeRule string // "mark set mark or 0x004000"
+	masqueradeAll  bool
+	// Local-traffic detection; nil when not implemented for this family.
+	ifLocal, ifNotLocal []string
+	// nodeIP is the node's primary address in this family (may be invalid).
+	nodeIP netip.Addr
+	// nodePortAll: node ports are open on every local address (except
+	// loopback); otherwise only on nodePortIPs.
+	nodePortAll  bool
+	nodePortIPs  []string
+	serviceCIDRs []string
+}
+
+// equal reports whether two envs build the same rules.
+func (e *env) equal(o *env) bool {
+	return e.family == o.family && e.masqueradeMark == o.masqueradeMark && e.masqueradeAll == o.masqueradeAll &&
+		strings.Join(e.ifLocal, " ") == strings.Join(o.ifLocal, " ") &&
+		strings.Join(e.ifNotLocal, " ") == strings.Join(o.ifNotLocal, " ") &&
+		e.nodeIP == o.nodeIP && e.nodePortAll == o.nodePortAll &&
+		strings.Join(e.nodePortIPs, ",") == strings.Join(o.nodePortIPs, ",") &&
+		strings.Join(e.serviceCIDRs, ",") == strings.Join(o.serviceCIDRs, ",")
+}
+
+type baseChainSpec struct {
+	name string
+	hook hook
+}
+
+var baseChains = []baseChainSpec{
+	// Filtering on the destination before DNAT, for loadBalancerSourceRanges.
+	{filterPreroutingPreDNATChain, hook{knftables.FilterType, knftables.PreroutingHook, knftables.DNATPriority + "-10"}},
+	{filterOutputPreDNATChain, hook{knftables.FilterType, knftables.OutputHook, knftables.DNATPriority + "-10"}},
+	{filterInputChain, hook{knftables.FilterType, knftables.InputHook, knftables.FilterPriority}},
+	{filterForwardChain, hook{knftables.FilterType, knftables.ForwardHook, knftables.FilterPriority}},
+	{filterOutputChain, hook{knftables.FilterType, knftables.OutputHook, knftables.FilterPriority}},
+	{natPreroutingChain, hook{knftables.NATType, knftables.PreroutingHook, knftables.DNATPriority}},
+	{natOutputChain, hook{knftables.NATType, knftables.OutputHook, knftables.DNATPriority}},
+	{natPostroutingChain, hook{knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority}},
+}
+
+// jumps are the rules of the base chains, in order. Reject is only valid in
+// input, forward and output hooks on kernels before 5.9, hence the
+// endpoint checks there and not in prerouting.
+var jumps = []struct{ from, to, match string }{
+	{filterInputChain, nodePortEndpointsCheckChain, "ct state new"},
+	{filterInputChain, serviceEndpointsCheckChain, "ct state new"},
+	{filterForwardChain, serviceEndpointsCheckChain, "ct state new"},
+	{filterOutputChain, serviceEndpointsCheckChain, "ct state new"},
+	{filterPreroutingPreDNATChain, firewallCheckChain, "ct state new"},
+	{filterOutputPreDNATChain, firewallCheckChain, "ct state new"},
+	{natOutputChain, servicesChain, ""},
+	{natPreroutingChain, servicesChain, ""},
+	{natPostroutingChain, masqueradingChain, ""},
+	{filterForwardChain, clusterIPsCheckChain, "ct state new"},
+	{filterOutputChain, clusterIPsCheckChain, "ct state new"},
+}
+
+// fixedPart is the ruleset every node has, whatever its services: the
+// base chains, the dispatch maps and the checks.
+func fixedPart(e *env) *part {
+	p := &part{}
+	chains := map[string]*chain{}
+	get := func(name string) *chain {
+		if c, ok := chains[name]; ok {
+			return c
+		}
+		c := &chain{name: name}
+		chains[name] = c
+		p.chains = append(p.chains, c)
+		return c
+	}
+	add := func(name, text, comment string) {
+		c := get(name)
+		c.rules = append(c.rules, rule{text: text, comment: comment})
+	}
+	for _, bc := range baseChains {
+		get(bc.name).hook = &hook{bc.hook.typ, bc.hook.hook, bc.hook.priority}
+	}
+	for _, j := range jumps {
+		add(j.from, knftables.Concat(j.match, "jump", j.to), "")
+	}
+	ipX, addr := e.ipX, e.addrType
+
+	// Masquerading: packets marked on the way in, and hairpin connections
+	// (a pod reaching itself through a service).
+	add(masqueradingChain, knftables.Concat("mark and", e.masqueradeMark, "!=", "0",
+		"mark set mark xor", e.masqueradeMark, "masquerade fully-random"), "")
+	add(masqueradingChain, knftables.Concat("ct status dnat",
+		ipX, "saddr .", ipX, "daddr . meta l4proto . th dport @", hairpinConnectionsSet,
+		"masquerade fully-random"), "")
+	p.sets = append(p.sets,
+		&set{name: hairpinConnectionsSet, typ: addr + " . " + addr + " . inet_proto . inet_service", comment: "service hairpin connections"},
+		&set{name: clusterIPsSet, typ: addr, comment: "Active ClusterIPs"},
+		&set{name: nodePortIPsSet, typ: addr, comment: "IPs that accept NodePort traffic"},
+		&set{name: noEndpointServicesMap, isMap: true, typ: addr + " . inet_proto . inet_service : verdict", comment: "vmap to drop or reject packets to services with no endpoints"},
+		&set{name: noEndpointNodePortsMap, isMap: true, typ: "inet_proto . inet_service : verdict", comment: "vmap to drop or reject packets to service nodeports with no endpoints"},
+		&set{name: firewallIPsMap, isMap: true, typ: addr + " . inet_proto . inet_service : verdict", comment: "destinations that are subject to LoadBalancerSourceRanges"},
+		&set{name: serviceIPsMap, isMap: true, typ: addr + " . inet_proto . inet_service : verdict", comment: "ClusterIP, ExternalIP and LoadBalancer IP traffic"},
+		&set{name: serviceNodePortsMap, isMap: true, typ: "inet_proto . inet_service : verdict", comment: "NodePort traffic"},
+	)
+
+	// Cluster IPs: reject unknown ports, drop unallocated addresses.
+	add(clusterIPsCheckChain, knftables.Concat(ipX, "daddr @", clusterIPsSet, "reject"), "Reject traffic to invalid ports of ClusterIPs")
+	if len(e.serviceCIDRs) > 0 {
+		add(clusterIPsCheckChain, knftables.Concat(ipX, "daddr {", strings.Join(e.serviceCIDRs, ", "), "} drop"), "Drop traffic to unallocated ClusterIPs")
+	}
+
+	if !e.nodePortAll {
+		for _, ip := range e.nodePortIPs {
+			p.elems = append(p.elems, elem{elemID: elemID{nodePortIPsSet, ip}})
+		}
+	}
+
+	// No endpoints: reject or drop, in the filter hooks.
+	add(rejectChain, "reject", "")
+	add(serviceEndpointsCheckChain, knftables.Concat(ipX, "daddr . meta l4proto . th dport vmap @", noEndpointServicesMap), "")
+	nodePortDest := knftables.Concat(ipX, "daddr @", nodePortIPsSet)
+	if e.nodePortAll {
+		nodePortDest = e.localhost
+	}
+	add(nodePortEndpointsCheckChain, knftables.Concat(nodePortDest, "meta l4proto . th dport vmap @", noEndpointNodePortsMap), "")
+
+	add(firewallCheckChain, knftables.Concat(ipX, "daddr . meta l4proto . th dport vmap @", firewallIPsMap), "")
+
+	// Dispatch.
+	if e.masqueradeAll {
+		add(servicesChain, knftables.Concat(ipX, "daddr @", clusterIPsSet, e.masqueradeRule), "masquerade all clusterIP traffic")
+	} else if e.ifNotLocal != nil {
+		// Off-cluster traffic to a cluster IP (someone routed the service
+		// range to this node) may be sent to another node: masquerade it.
+		add(servicesChain, knftables.Concat(ipX, "daddr @", clusterIPsSet, e.ifNotLocal, e.masqueradeRule), "masquerade clusterIP traffic from outside cluster")
+	}
+	add(servicesChain, knftables.Concat(ipX, "daddr . meta l4proto . th dport vmap @", serviceIPsMap), "")
+	if e.nodePortAll {
+		add(servicesChain, knftables.Concat("fib daddr type local", e.localhost, "meta l4proto . th dport vmap @", serviceNodePortsMap), "")
+	} else {
+		add(servicesChain, knftables.Concat(ipX, "daddr @", nodePortIPsSet, "meta l4proto . th dport vmap @", serviceNodePortsMap), "")
+	}
+
+	// firewall-check etc. exist even when empty of services.
+	for _, name := range []string{servicesChain, clusterIPsCheckChain, masqueradingChain, firewallCheckChain} {
+		get(name)
+	}
+	for _, c := range p.chains {
+		c.seal()
+	}
+	return p
+}
+
+// servicePart is what one service (in this family) needs: its chains,
+// affinity sets and map elements. It is upstream's syncProxyRules body for
+// one service, with every decision taken from the model.
+func servicePart(e *env, se *localv1.ServiceEndpoints) *part {
+	svc := se.Service
+	p := &part{}
+	clusterIP, ok := parseAddr(svc.ClusterIp, e.family)
+	if !ok {
+		return p
+	}
+	externalIPs := addrs(svc.ExternalIps, e.family)
+	lbIPs := addrs(svc.LoadBalancerIps, e.family)
+	affinity := svc.ClientIpAffinitySeconds > 0
+	internalLocal := svc.InternalTrafficPolicy == localv1.TrafficPolicy_LOCAL
+	externalLocal := svc.ExternalTrafficPolicy == localv1.TrafficPolicy_LOCAL
+	ipX := e.ipX
+
+	for _, port := range svc.Ports {
+		proto := protoName(port.Protocol)
+		if proto == "" {
+			continue
+		}
+		portStr := itoa(int64(port.Port))
+		spn := svc.Namespace + "/" + svc.Name + ":" + port.Name
+		base := portBaseName(svc.Namespace, svc.Name, proto, port.Name)
+		clusterChain := clusterChainPrefix + base
+		localChain := localChainPrefix + base
+		extChain := externalChainPrefix + base
+		fwChain := firewallChainPrefix + base
+
+		var cluster, local []*endpoint
+		for _, ep := range se.Endpoints {
+			if ep.PortName != port.Name || ep.Protocol != port.Protocol {
+				continue
+			}
+			ip, ok := parseAddr(ep.Ip, e.family)
+			if !ok {
+				continue
+			}
+			x := &endpoint{ip: ip, port: ep.Port}
+			eb := endpointBaseName(svc.Namespace, svc.Name, proto, port.Name, ip, ep.Port)
+			x.chain, x.set = endpointChainPrefix+eb, affinitySetPrefix+eb
+			if ep.InClusterSet {
+				cluster = append(cluster, x)
+			}
+			if ep.InLocalSet {
+				local = append(local, x)
+			}
+			if ep.OnThisNode {
+				p.elems = append(p.elems, elem{elemID: elemID{hairpinConnectionsSet,
+					joinKey(ip.String(), ip.String(), proto, itoa(int64(ep.Port)))}})
+			}
+			if affinity {
+				p.sets = append(p.sets, &set{name: x.set, typ: e.addrType,
+					flags:   []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
+					timeout: time.Duration(svc.ClientIpAffinitySeconds) * time.Second, dynamic: true})
+				p.chains = append(p.chains, (&chain{name: x.chain, rules: []rule{
+					{text: knftables.Concat("update @", x.set, "{", ipX, "saddr }")},
+					{text: knftables.Concat("meta l4proto", proto, "dnat to", netip.AddrPortFrom(ip, uint16(ep.Port)).String())},
+				}}).seal())
+			}
+		}
+		hasClusterChain, hasLocalChain := len(cluster) > 0, len(local) > 0
+		if hasClusterChain {
+			p.chains = append(p.chains, policyChain(e, clusterChain, proto, cluster, affinity))
+		}
+		if hasLocalChain {
+			p.chains = append(p.chains, policyChain(e, localChain, proto, local, affinity))
+		}
+
+		hasEndpoints := port.HasEndpoints
+		internalChain, hasInternal := clusterChain, hasEndpoints && hasClusterChain
+		if internalLocal {
+			internalChain, hasInternal = localChain, hasEndpoints && hasLocalChain
+		}
+		externalPolicyChain, hasExternal := clusterChain, hasEndpoints && hasClusterChain
+		if externalLocal {
+			externalPolicyChain, hasExternal = localChain, hasEndpoints && hasLocalChain
+		}
+		externallyAccessible := port.NodePort != 0 || len(lbIPs) > 0 || len(externalIPs) > 0
+		usesExt := hasEndpoints && externallyAccessible
+
+		// Without any endpoint: reject. With endpoints, but none for this
+		// traffic's policy (Local, none here): drop.
+		internalVerdict, externalVerdict := "goto "+rejectChain, "goto "+rejectChain
+		if hasEndpoints {
+			internalVerdict, externalVerdict = "drop", "drop"
+		}
+		noEndpoints := func(set string, isMap bool, verdict string, key ...string) {
+			p.elems = append(p.elems, elem{elemID: elemID{set, joinKey(key...)}, isMap: isMap, value: verdict, comment: spn})
+		}
+		dispatch := func(set string, target string, key ...string) {
+			p.elems = append(p.elems, elem{elemID: elemID{set, joinKey(key...)}, isMap: true, value: "goto " + target})
+		}
+
+		p.elems = append(p.elems, elem{elemID: elemID{clusterIPsSet, clusterIP.String()}})
+		if hasInternal {
+			dispatch(serviceIPsMap, internalChain, clusterIP.String(), proto, portStr)
+		} else {
+			noEndpoints(noEndpointServicesMap, true, internalVerdict, clusterIP.String(), proto, portStr)
+		}
+		for _, ip := range externalIPs {
+			if usesExt {
+				dispatch(serviceIPsMap, extChain, ip.String(), proto, portStr)
+			}
+			if !hasExternal {
+				noEndpoints(noEndpointServicesMap, true, externalVerdict, ip.String(), proto, portStr)
+			}
+		}
+		usesFW := len(lbIPs) > 0 && len(svc.LoadBalancerSourceRanges) > 0
+		for _, ip := range lbIPs {
+			if usesExt {
+				dispatch(serviceIPsMap, extChain, ip.String(), proto, portStr)
+			}
+			if usesFW {
+				dispatch(firewallIPsMap, fwChain, ip.String(), proto, portStr)
+			}
+			if !hasExternal {
+				noEndpoints(noEndpointServicesMap, true, externalVerdict, ip.String(), proto, portStr)
+			}
+		}
+		if port.NodePort != 0 {
+			np := itoa(int64(port.NodePort))
+			if usesExt {
+				dispatch(serviceNodePortsMap, extChain, proto, np)
+			}
+			if !hasExternal {
+				noEndpoints(noEndpointNodePortsMap, true, externalVerdict, proto, np)
+			}
+		}
+
+		if usesExt {
+			c := &chain{name: extChain}
+			if !externalLocal {
+				// The endpoint may be on another node: masquerade so that
+				// the reply comes back through this one.
+				c.rules = append(c.rules, rule{text: e.masqueradeRule, comment: "masquerade"})
+			} else {
+				if e.ifLocal != nil && hasClusterChain {
+					// A pod reaching an external address of the service
+					// behaves as if it went out and came back: no policy.
+					c.rules = append(c.rules, rule{text: knftables.Concat(e.ifLocal, "goto", clusterChain), comment: "short-circuit pod traffic"})
+				}
+				// The node itself: its source would be the local VIP, so
+				// masquerade, and do not apply the Local policy.
+				c.rules = append(c.rules, rule{text: knftables.Concat("fib saddr type local", e.masqueradeRule), comment: "masquerade local traffic"})
+				if hasClusterChain {
+					c.rules = append(c.rules, rule{text: knftables.Concat("fib saddr type local goto", clusterChain), comment: "short-circuit local traffic"})
+				}
+			}
+			if hasExternal {
+				c.rules = append(c.rules, rule{text: "goto " + externalPolicyChain})
+			}
+			p.chains = append(p.chains, c.seal())
+		}
+
+		if usesFW {
+			sources := append([]string(nil), svc.LoadBalancerSourceRanges...)
+			fromNode := false
+			for _, r := range svc.LoadBalancerSourceRanges {
+				if pfx, err := netip.ParsePrefix(r); err == nil && e.nodeIP.IsValid() && pfx.Contains(e.nodeIP) {
+					fromNode = true
+				}
+			}
+			// A VIP that the node holds as a local address: a request from
+			// the node loops back with the VIP as its source; let it in.
+			if fromNode {
+				for _, ip := range lbIPs {
+					sources = append(sources, ip.String())
+				}
+			}
+			p.chains = append(p.chains, (&chain{name: fwChain, rules: []rule{
+				{text: knftables.Concat(ipX, "saddr != {", strings.Join(sources, ", "), "} drop")},
+			}}).seal())
+		}
+	}
+	return p
+}
+
+// endpoint is an endpoint of one service port, with its object names.
+type endpoint struct {
+	ip         netip.Addr
+	port       int32
+	chain, set string
+}
+
+// policyChain sends a connection to one of eps at random; with affinity,
+// first to the endpoint this client was sent to before.
+func policyChain(e *env, name, proto string, eps []*endpoint, affinity bool) *chain {
+	c := &chain{name: name}
+	var elems []string
+	if !affinity {
+		for i, ep := range eps {
+			elems = append(elems, knftables.Concat(i, ":", ep.ip.String(), ".", ep.port))
+		}
+		c.rules = append(c.rules, rule{text: knftables.Concat("meta l4proto", proto,
+			"dnat", e.ipX, "addr . port to numgen random mod", len(eps), "map {", strings.Join(elems, ", "), "}")})
+		return c.seal()
+	}
+	for i, ep := range eps {
+		c.rules = append(c.rules, rule{text: knftables.Concat(e.ipX, "saddr @", ep.set, "goto", ep.chain)})
+		elems = append(elems, knftables.Concat(i, ": goto", ep.chain))
+	}
+	c.rules = append(c.rules, rule{text: knftables.Concat("numgen random mod", len(eps), "vmap {", strings.Join(elems, ", "), "}")})
+	return c.seal()
+}
+
+func protoName(p localv1.Protocol) string {
+	switch p {
+	case localv1.Protocol_TCP:
+		return "tcp"
+	case localv1.Protocol_UDP:
+		return "udp"
+	case localv1.Protocol_SCTP:
+		return "sctp"
+	}
+	return ""
+}
+
+// parseAddr parses an address of family f into its canonical form (the
+// form nft lists it in).
+func parseAddr(s string, f family) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	a = a.Unmap()
+	return a, f.has(a)
+}
+
+func addrs(in []string, f family) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range in {
+		if a, ok := parseAddr(s, f); ok {
+			out = append(out, a)
+		}
+	}
+	return out
+}

@@ -1,0 +1,247 @@
+// Package nft is kpng's nftables backend (to-nft): upstream kube-proxy's
+// nftables ruleset, packet for packet, written incrementally. It keeps a
+// mirror of what it wrote, and each sync sends the kernel one transaction
+// with only what changed. See README.md.
+package nft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/knftables"
+
+	"github.com/kpng/kpng/backend"
+)
+
+func init() {
+	backend.Register(backend.Registration{
+		Name:  "nft",
+		Short: "Program the node's services in nftables (kube-proxy's nftables mode, updated incrementally)",
+		New:   func() backend.Plugin { return &Plugin{} },
+	})
+}
+
+// Detect-local modes, as kube-proxy's --detect-local-mode.
+const (
+	LocalModeClusterCIDR         = "ClusterCIDR"
+	LocalModeNodeCIDR            = "NodeCIDR"
+	LocalModeBridgeInterface     = "BridgeInterface"
+	LocalModeInterfaceNamePrefix = "InterfaceNamePrefix"
+	LocalModeNone                = "None"
+)
+
+// Config is the backend's configuration: kube-proxy's flags of the same
+// names.
+type Config struct {
+	Table                  string
+	NodePortAddresses      []string // CIDRs, or ["primary"]
+	MasqueradeAll          bool
+	MasqueradeBit          int
+	ClusterCIDRs           []string
+	DetectLocalMode        string
+	PodBridgeInterface     string
+	PodInterfaceNamePrefix string
+	MinSyncPeriod          time.Duration
+	SyncPeriod             time.Duration
+	HealthzBindAddress     string
+	MetricsBindAddress     string
+	DryRun                 bool
+	IPFamilies             []string
+}
+
+// DefaultConfig is kube-proxy v1.36's nftables-mode defaults.
+func DefaultConfig() Config {
+	return Config{
+		Table:              "kpng",
+		NodePortAddresses:  []string{"primary"},
+		MasqueradeBit:      14,
+		DetectLocalMode:    LocalModeClusterCIDR,
+		MinSyncPeriod:      time.Second,
+		SyncPeriod:         30 * time.Second,
+		HealthzBindAddress: "0.0.0.0:10256",
+		MetricsBindAddress: "127.0.0.1:10249",
+		IPFamilies:         []string{"ipv4", "ipv6"},
+	}
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Table == "" {
+		errs = append(errs, errors.New("--table must not be empty"))
+	}
+	if !(len(c.NodePortAddresses) == 1 && c.NodePortAddresses[0] == "primary") {
+		for _, s := range c.NodePortAddresses {
+			if _, err := netip.ParsePrefix(s); err != nil {
+				errs = append(errs, fmt.Errorf("--nodeport-addresses: %q is neither a CIDR nor \"primary\" alone", s))
+			}
+		}
+	}
+	for _, s := range c.ClusterCIDRs {
+		if _, err := netip.ParsePrefix(s); err != nil {
+			errs = append(errs, fmt.Errorf("--cluster-cidr: %w", err))
+		}
+	}
+	if c.MasqueradeBit < 0 || c.MasqueradeBit > 31 {
+		errs = append(errs, fmt.Errorf("--iptables-masquerade-bit %d: must be within [0, 31]", c.MasqueradeBit))
+	}
+	switch c.DetectLocalMode {
+	case "", LocalModeClusterCIDR, LocalModeNodeCIDR, LocalModeNone:
+	case LocalModeBridgeInterface:
+		if c.PodBridgeInterface == "" {
+			errs = append(errs, errors.New("--detect-local-mode=BridgeInterface needs --pod-bridge-interface"))
+		}
+	case LocalModeInterfaceNamePrefix:
+		if c.PodInterfaceNamePrefix == "" {
+			errs = append(errs, errors.New("--detect-local-mode=InterfaceNamePrefix needs --pod-interface-name-prefix"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--detect-local-mode %q: want one of ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix, None", c.DetectLocalMode))
+	}
+	if len(c.IPFamilies) == 0 {
+		errs = append(errs, errors.New("--ip-families must name at least one family"))
+	}
+	for _, f := range c.IPFamilies {
+		if f != "ipv4" && f != "ipv6" {
+			errs = append(errs, fmt.Errorf("--ip-families: %q is not ipv4 or ipv6", f))
+		}
+	}
+	if c.MinSyncPeriod < 0 || c.SyncPeriod <= 0 {
+		errs = append(errs, errors.New("--min-sync-period must be >= 0 and --sync-period > 0"))
+	}
+	return errors.Join(errs...)
+}
+
+// Plugin is the to-nft command: its flags, then the backend.
+type Plugin struct {
+	Config Config
+	// Out receives the transactions printed by --dry-run (stdout if nil).
+	Out io.Writer
+
+	set     bool
+	backend *Backend
+}
+
+// BindFlags implements backend.Plugin.
+func (p *Plugin) BindFlags(fs *pflag.FlagSet) {
+	p.Config = DefaultConfig()
+	p.set = true
+	c := &p.Config
+	fs.StringVar(&c.Table, "table", c.Table, "name of the nftables tables to use (one per family: ip NAME and ip6 NAME)")
+	fs.StringSliceVar(&c.NodePortAddresses, "nodeport-addresses", c.NodePortAddresses,
+		`addresses that accept NodePort traffic: CIDRs (the node's addresses within them), or "primary" (the node's primary IP of each family); a family without any CIDR accepts on all its local addresses`)
+	fs.BoolVar(&c.MasqueradeAll, "masquerade-all", c.MasqueradeAll, "SNAT all traffic sent to cluster IPs")
+	fs.IntVar(&c.MasqueradeBit, "iptables-masquerade-bit", c.MasqueradeBit, "the bit of the packet mark that marks packets to masquerade")
+	fs.StringSliceVar(&c.ClusterCIDRs, "cluster-cidr", c.ClusterCIDRs, "the pod CIDRs of the cluster (for --detect-local-mode=ClusterCIDR): traffic from elsewhere to a cluster IP is masqueraded")
+	fs.StringVar(&c.DetectLocalMode, "detect-local-mode", c.DetectLocalMode, "how to tell pod traffic: ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix or None")
+	fs.StringVar(&c.PodBridgeInterface, "pod-bridge-interface", c.PodBridgeInterface, "the bridge of local pods (--detect-local-mode=BridgeInterface)")
+	fs.StringVar(&c.PodInterfaceNamePrefix, "pod-interface-name-prefix", c.PodInterfaceNamePrefix, "the name prefix of local pods' interfaces (--detect-local-mode=InterfaceNamePrefix)")
+	fs.DurationVar(&c.MinSyncPeriod, "min-sync-period", c.MinSyncPeriod, "least time between two syncs; changes arriving sooner are batched")
+	fs.DurationVar(&c.SyncPeriod, "sync-period", c.SyncPeriod, "longest time between two syncs: a periodic resync reads the tables back and repairs them")
+	fs.StringVar(&c.HealthzBindAddress, "healthz-bind-address", c.HealthzBindAddress, "address of the /healthz and /livez server (empty: none)")
+	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "address of the /metrics server (empty: none)")
+	fs.BoolVar(&c.DryRun, "dry-run", c.DryRun, "print each transaction instead of running it")
+	fs.StringSliceVar(&c.IPFamilies, "ip-families", c.IPFamilies, "the IP families to program (ipv4, ipv6)")
+}
+
+// Open implements backend.Plugin.
+func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, error) {
+	if !p.set {
+		p.Config = DefaultConfig()
+		p.set = true
+	}
+	if err := p.Config.Validate(); err != nil {
+		return nil, err
+	}
+	var tables []*table
+	for _, fam := range p.families() {
+		var nft knftables.Interface
+		var read reader
+		if p.Config.DryRun {
+			fake := knftables.NewFake(fam.nft, p.Config.Table)
+			out := p.Out
+			if out == nil {
+				out = os.Stdout
+			}
+			nft, read = &printer{Fake: fake, out: out}, fakeReader(fake)
+		} else {
+			var err error
+			nft, err = knftables.New(fam.nft, p.Config.Table)
+			if err != nil {
+				return nil, fmt.Errorf("nftables %s: %w", fam, err)
+			}
+			read = nftReader(fam.nft, p.Config.Table)
+		}
+		tables = append(tables, newTable(fam, nft, read))
+	}
+	b := NewBackend(p.Config, tables...)
+	b.log = klog.FromContext(ctx).WithName("nft")
+	p.backend = b
+	return b, nil
+}
+
+// RunOptions implements backend.Tuner.
+func (p *Plugin) RunOptions() backend.Options {
+	return backend.Options{MinSyncPeriod: p.Config.MinSyncPeriod, ResyncPeriod: p.Config.SyncPeriod}
+}
+
+// Cleanup implements backend.Cleaner: it deletes the tables.
+func (p *Plugin) Cleanup(ctx context.Context) error {
+	if !p.set {
+		p.Config = DefaultConfig()
+	}
+	var errs []error
+	for _, fam := range p.families() {
+		nft, err := knftables.New(fam.nft, p.Config.Table)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("nftables %s: %w", fam, err))
+			continue
+		}
+		if err := deleteTable(ctx, nft); err != nil {
+			errs = append(errs, fmt.Errorf("deleting table %s %s: %w", fam.nft, p.Config.Table, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// deleteTable deletes a table; a missing table is not an error.
+func deleteTable(ctx context.Context, nft knftables.Interface) error {
+	tx := nft.NewTransaction()
+	tx.Delete(&knftables.Table{})
+	if err := nft.Run(ctx, tx); err != nil && !knftables.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+func (p *Plugin) families() []family {
+	var out []family
+	if slices.Contains(p.Config.IPFamilies, "ipv4") {
+		out = append(out, ipv4)
+	}
+	if slices.Contains(p.Config.IPFamilies, "ipv6") {
+		out = append(out, ipv6)
+	}
+	return out
+}
+
+// printer is --dry-run: it prints each transaction and applies it to a
+// fake, which checks it and keeps the state the next one builds on.
+type printer struct {
+	*knftables.Fake
+	out io.Writer
+}
+
+func (p *printer) Run(ctx context.Context, tx *knftables.Transaction) error {
+	fmt.Fprintf(p.out, "# transaction: %d operations\n%s", tx.NumOperations(), strings.TrimSuffix(tx.String(), "\n")+"\n")
+	return p.Fake.Run(ctx, tx)
+}

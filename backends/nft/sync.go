@@ -1,0 +1,255 @@
+package nft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/kpng/kpng/backend"
+)
+
+// Backend programs a node's services into one nftables table per family.
+type Backend struct {
+	cfg    Config
+	tables []*table
+	log    logr.Logger
+
+	// interfaceAddrs lists the node's local addresses (for CIDR
+	// --nodeport-addresses); a variable for tests.
+	interfaceAddrs func() ([]netip.Addr, error)
+	localAddrs     []netip.Addr // as last read
+	now            func() time.Time
+
+	// Last reports the last sync's transactions, one per table (for tests
+	// and benchmarks).
+	Last []SyncStats
+}
+
+// SyncStats describes the transaction one sync ran on one table.
+type SyncStats struct {
+	Family        string
+	Full          bool
+	Operations    int
+	ChainsWritten int
+	ChainsEmptied int
+	ElemsAdded    int
+	ElemsDeleted  int
+	StaleDeleted  int
+}
+
+// NewBackend returns a backend writing to tables (see Plugin.Open).
+func NewBackend(cfg Config, tables ...*table) *Backend {
+	return &Backend{cfg: cfg, tables: tables, log: logr.Discard(), interfaceAddrs: interfaceAddrs, now: time.Now}
+}
+
+// Sync implements backend.Backend.
+func (b *Backend) Sync(ctx context.Context, state *backend.State, changes backend.Changes) error {
+	start := b.now()
+	if b.cfg.nodePortCIDRMode() && (changes.Reset || changes.Resync || changes.NodeChanged || b.localAddrs == nil) {
+		addrs, err := b.interfaceAddrs()
+		if err != nil {
+			return fmt.Errorf("listing local addresses for --nodeport-addresses: %w", err)
+		}
+		b.localAddrs = addrs
+	}
+	b.Last = b.Last[:0]
+	var errs []error
+	for _, t := range b.tables {
+		st, err := b.syncTable(ctx, t, state, changes)
+		if err != nil {
+			t.synced = false
+			errs = append(errs, fmt.Errorf("%s: %w", t.fam, err))
+			continue
+		}
+		b.Last = append(b.Last, st)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for _, st := range b.Last {
+		switch {
+		case st.Full && changes.Reset:
+			b.log.Info("Synced nftables table", "family", st.Family, "operations", st.Operations, "chainsWritten", st.ChainsWritten, "took", b.now().Sub(start))
+		case st.Full && st.Operations > 0:
+			b.log.Info("Repaired nftables table changed behind kpng's back", "family", st.Family, "operations", st.Operations, "chainsWritten", st.ChainsWritten)
+		default:
+			b.log.V(2).Info("Synced nftables table", "family", st.Family, "full", st.Full, "operations", st.Operations, "took", b.now().Sub(start))
+		}
+	}
+	return nil
+}
+
+func (b *Backend) syncTable(ctx context.Context, t *table, state *backend.State, changes backend.Changes) (SyncStats, error) {
+	now := b.now()
+	e := b.env(t.fam, state)
+	full := changes.Reset || changes.Resync || !t.synced
+	st := SyncStats{Family: t.fam.String(), Full: full}
+
+	if !full && len(t.stale) > 0 {
+		n, err := t.deleteStale(ctx, now)
+		if err != nil {
+			// The chains stay listed as stale and are tried again.
+			b.log.Error(err, "Deleting stale chains failed; will retry", "family", t.fam.String())
+		}
+		st.StaleDeleted = n
+	}
+
+	parts := map[string]*part{}
+	var snap *snapshot
+	if full {
+		var err error
+		if snap, err = t.read(ctx); err != nil {
+			return st, err
+		}
+		parts[fixedOwner] = fixedPart(e)
+		for k, se := range state.Services {
+			if k.Family == t.fam.model {
+				parts[owner(k)] = servicePart(e, se)
+			}
+		}
+	} else {
+		if !e.equal(t.env) {
+			// The node or the flags changed what every part looks like.
+			parts[fixedOwner] = fixedPart(e)
+			for k, se := range state.Services {
+				if k.Family == t.fam.model {
+					parts[owner(k)] = servicePart(e, se)
+				}
+			}
+		}
+		for _, k := range changes.Set {
+			if k.Family == t.fam.model {
+				if se := state.Services[k]; se != nil {
+					parts[owner(k)] = servicePart(e, se)
+				}
+			}
+		}
+		for _, k := range changes.Deleted {
+			if k.Family == t.fam.model {
+				parts[owner(k)] = nil
+			}
+		}
+	}
+
+	p := t.build(parts, full, snap)
+	st.Operations = p.tx.NumOperations()
+	st.ChainsWritten, st.ChainsEmptied = p.stats.chainsWritten, p.stats.chainsEmptied
+	st.ElemsAdded, st.ElemsDeleted = p.stats.elemsAdded, p.stats.elemsDeleted
+	// A full sync of a table that matches needs only "add table": skip it.
+	if !(full && snap.exists && st.Operations == 1) && st.Operations > 0 {
+		if err := t.nft.Run(ctx, p.tx); err != nil {
+			return st, fmt.Errorf("nftables transaction (%d operations): %w", st.Operations, err)
+		}
+	} else {
+		st.Operations = 0
+	}
+	t.commit(p, e, now)
+	return st, nil
+}
+
+func owner(k backend.ServiceKey) string { return k.Namespace + "/" + k.Name }
+
+// env computes what the rules of family f depend on besides the services.
+func (b *Backend) env(f family, state *backend.State) *env {
+	c := &b.cfg
+	mark := fmt.Sprintf("%#08x", 1<<uint(c.MasqueradeBit))
+	e := &env{family: f, masqueradeMark: mark, masqueradeRule: "mark set mark or " + mark, masqueradeAll: c.MasqueradeAll}
+	var nodeAddrs, podCIDRs []string
+	if state.Node != nil {
+		nodeAddrs, podCIDRs = state.Node.Addresses, state.Node.PodCidrs
+	}
+	for _, s := range nodeAddrs {
+		if a, ok := parseAddr(s, f); ok {
+			e.nodeIP = a
+			break
+		}
+	}
+
+	// Local traffic detection.
+	local := func(cidrs []string) {
+		for _, s := range cidrs {
+			if p, err := netip.ParsePrefix(s); err == nil && f.has(p.Addr()) {
+				p = p.Masked()
+				e.ifLocal = []string{f.ipX, "saddr", p.String()}
+				e.ifNotLocal = []string{f.ipX, "saddr", "!=", p.String()}
+				return
+			}
+		}
+	}
+	switch c.DetectLocalMode {
+	case LocalModeClusterCIDR, "":
+		local(c.ClusterCIDRs)
+	case LocalModeNodeCIDR:
+		local(podCIDRs)
+	case LocalModeBridgeInterface:
+		e.ifLocal = []string{"iifname", c.PodBridgeInterface}
+		e.ifNotLocal = []string{"iifname", "!=", c.PodBridgeInterface}
+	case LocalModeInterfaceNamePrefix:
+		e.ifLocal = []string{"iifname", c.PodInterfaceNamePrefix + "*"}
+		e.ifNotLocal = []string{"iifname", "!=", c.PodInterfaceNamePrefix + "*"}
+	}
+
+	// Node ports: as kube-proxy, a family without any CIDR of its own in
+	// --nodeport-addresses accepts node ports on all its local addresses.
+	var cidrs []netip.Prefix
+	if c.nodePortCIDRMode() {
+		for _, s := range c.NodePortAddresses {
+			if p, err := netip.ParsePrefix(s); err == nil && f.has(p.Addr()) {
+				cidrs = append(cidrs, p.Masked())
+			}
+		}
+	} else if e.nodeIP.IsValid() && !e.nodeIP.IsLoopback() {
+		cidrs = []netip.Prefix{netip.PrefixFrom(e.nodeIP, e.nodeIP.BitLen())}
+	}
+	e.nodePortAll = len(cidrs) == 0 || slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Bits() == 0 })
+	if !e.nodePortAll {
+		candidates := b.localAddrs
+		if !c.nodePortCIDRMode() {
+			candidates = []netip.Addr{e.nodeIP}
+		}
+		seen := map[netip.Addr]bool{}
+		for _, a := range candidates {
+			if seen[a] || a.IsLoopback() || !f.has(a) || !slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Contains(a) }) {
+				continue
+			}
+			seen[a] = true
+			e.nodePortIPs = append(e.nodePortIPs, a.String())
+		}
+		slices.Sort(e.nodePortIPs)
+	}
+
+	for _, s := range state.ServiceCIDRs {
+		if p, err := netip.ParsePrefix(s); err == nil && f.has(p.Addr()) {
+			e.serviceCIDRs = append(e.serviceCIDRs, p.Masked().String())
+		}
+	}
+	return e
+}
+
+// nodePortCIDRMode: --nodeport-addresses is a list of CIDRs (not "primary").
+func (c *Config) nodePortCIDRMode() bool {
+	return !(len(c.NodePortAddresses) == 1 && c.NodePortAddresses[0] == "primary")
+}
+
+// interfaceAddrs lists the addresses of the network namespace's interfaces.
+func interfaceAddrs() ([]netip.Addr, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out, nil
+}

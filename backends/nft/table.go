@@ -1,0 +1,438 @@
+package nft
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"sigs.k8s.io/knftables"
+)
+
+// fixedOwner owns the fixed part; a service's owner is "namespace/name".
+const fixedOwner = ""
+
+// staleDelay is how long a chain that no map element may reference any
+// more stays (empty) before it is deleted: before Linux 6.2 the kernel
+// notices only a little later that a deleted map element released it.
+const staleDelay = time.Second
+
+// table is one nftables table (one IP family): what we want in it, and a
+// mirror of what we wrote, so that a sync sends only the difference.
+type table struct {
+	fam  family
+	nft  knftables.Interface
+	read reader
+
+	env   *env             // the env of the parts below
+	parts map[string]*part // by owner, as last written
+
+	// The mirror: what the kernel holds, as far as we know.
+	chains map[string]string // name -> sig ("" for an empty stale chain)
+	sets   map[string]*set
+	elems  map[elemID]string // -> value (sets: "")
+	claims map[elemID][]claim
+	stale  map[string]time.Time // chains emptied, to delete later
+	// synced: the mirror is valid (a sync succeeded since the last reset).
+	synced bool
+}
+
+// claim is one owner's wish for an element. Two services may want the same
+// element (a pod port behind two services in the hairpin set; a shared
+// external IP): it stays while anyone wants it. When values differ, the
+// smallest owner wins, so that the result does not depend on event order.
+type claim struct {
+	owner string
+	elem
+}
+
+func newTable(fam family, nft knftables.Interface, read reader) *table {
+	return &table{fam: fam, nft: nft, read: read, parts: map[string]*part{}}
+}
+
+// txStats counts a transaction's operations, for logs and tests.
+type txStats struct {
+	chainsWritten, chainsEmptied, elemsAdded, elemsDeleted int
+}
+
+// plan is a transaction and the mirror it leads to once it succeeded.
+type plan struct {
+	tx    *knftables.Transaction
+	stats txStats
+	full  bool
+	parts map[string]*part // new parts (nil: owner gone); full: all parts
+
+	chains map[string]string // new mirror entries
+	sets   map[string]*set   // nil: deleted
+	elems  map[elemID]*string
+	claims map[elemID][]claim
+	stale  map[string]bool // chains emptied now
+}
+
+// build computes the transaction that takes the kernel from the mirror (or,
+// when full, from what snap shows) to the wanted parts.
+func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
+	p := &plan{tx: t.nft.NewTransaction(), full: full, parts: parts,
+		chains: map[string]string{}, sets: map[string]*set{}, elems: map[elemID]*string{},
+		claims: map[elemID][]claim{}, stale: map[string]bool{}}
+
+	haveChains, haveSets, haveElems := t.chains, t.sets, t.elems
+	if full {
+		haveChains, haveSets, haveElems = snap.chains, snap.sets, snap.elems
+	}
+
+	wantChains := map[string]*chain{}
+	wantSets := map[string]*set{}
+	goneChains := map[string]bool{}
+	goneSets := map[string]bool{}
+	touched := map[elemID]bool{}
+
+	claimsOf := func(id elemID) []claim {
+		if c, ok := p.claims[id]; ok {
+			return c
+		}
+		c := slices.Clone(t.claims[id])
+		if full {
+			c = nil
+		}
+		p.claims[id] = c
+		return c
+	}
+	for _, owner := range slices.Sorted(maps.Keys(parts)) {
+		if !full {
+			if old := t.parts[owner]; old != nil {
+				for _, c := range old.chains {
+					goneChains[c.name] = true
+				}
+				for _, s := range old.sets {
+					goneSets[s.name] = true
+				}
+				for _, e := range old.elems {
+					touched[e.elemID] = true
+					p.claims[e.elemID] = slices.DeleteFunc(claimsOf(e.elemID), func(c claim) bool { return c.owner == owner })
+				}
+			}
+		}
+		np := parts[owner]
+		if np == nil {
+			continue
+		}
+		for _, c := range np.chains {
+			wantChains[c.name] = c
+		}
+		for _, s := range np.sets {
+			wantSets[s.name] = s
+		}
+		for _, e := range np.elems {
+			touched[e.elemID] = true
+			cl := claimsOf(e.elemID)
+			i, _ := slices.BinarySearchFunc(cl, owner, func(c claim, o string) int { return cmpString(c.owner, o) })
+			if i < len(cl) && cl[i].owner == owner {
+				continue // the same element twice in one part
+			}
+			p.claims[e.elemID] = slices.Insert(cl, i, claim{owner: owner, elem: e})
+		}
+	}
+	for name := range wantChains {
+		delete(goneChains, name)
+	}
+	for name := range wantSets {
+		delete(goneSets, name)
+	}
+	if full {
+		for name := range haveChains {
+			if wantChains[name] == nil {
+				goneChains[name] = true
+			}
+		}
+		for name := range haveSets {
+			if wantSets[name] == nil {
+				goneSets[name] = true
+			}
+		}
+		for id := range haveElems {
+			touched[id] = true
+		}
+	}
+
+	tx := p.tx
+	if full {
+		tx.Add(&knftables.Table{Comment: knftables.PtrTo("rules for kpng")})
+	}
+
+	// 1. New sets and maps; sets whose definition changed are replaced
+	// below, once the rules that use them are gone.
+	var replaceSets []*set
+	for _, name := range slices.Sorted(maps.Keys(wantSets)) {
+		s := wantSets[name]
+		have := haveSets[name]
+		switch {
+		case have == nil:
+			addSet(tx, s)
+		case have.sig() != s.sig():
+			replaceSets = append(replaceSets, s)
+		}
+		p.sets[name] = s
+	}
+	replaced := map[string]bool{}
+	for _, s := range replaceSets {
+		replaced[s.name] = true
+	}
+
+	// 2. New chains; base chains on the wrong hook are recreated.
+	var rewrite []*chain
+	var recreate []*chain
+	for _, name := range slices.Sorted(maps.Keys(wantChains)) {
+		c := wantChains[name]
+		have, ok := haveChains[name]
+		switch {
+		case !ok:
+			tx.Add(newChain(c))
+			rewrite = append(rewrite, c)
+		case have != c.sig:
+			if c.hook != nil && chainSig(c.hook, nil) != hookPart(have) {
+				recreate = append(recreate, c)
+			}
+			rewrite = append(rewrite, c)
+		}
+		p.chains[name] = c.sig
+	}
+
+	// 3. Elements that go or change.
+	var adds []elem
+	for _, id := range sortedIDs(touched) {
+		var want *claim
+		if cl := p.claims[id]; len(cl) > 0 {
+			want = &cl[0]
+		}
+		have, ok := haveElems[id]
+		if replaced[id.set] {
+			ok = false // the set is recreated empty
+		}
+		if goneSets[id.set] {
+			p.elems[id] = nil // goes with its set
+			continue
+		}
+		switch {
+		case want == nil && ok:
+			tx.Delete(elemObject(elem{elemID: id, isMap: haveSets[id.set] != nil && haveSets[id.set].isMap}))
+			p.stats.elemsDeleted++
+			p.elems[id] = nil
+		case want != nil && ok && have != want.value:
+			tx.Delete(elemObject(want.elem))
+			p.stats.elemsDeleted++
+			fallthrough
+		case want != nil && !ok:
+			adds = append(adds, want.elem)
+			v := want.value
+			p.elems[id] = &v
+		case want == nil:
+			p.elems[id] = nil
+		}
+	}
+
+	// 4. Empty the chains to rewrite and the chains no longer wanted (they
+	// are deleted later: see staleDelay).
+	for _, c := range rewrite {
+		if _, ok := haveChains[c.name]; ok && haveChains[c.name] != "" {
+			tx.Flush(&knftables.Chain{Name: c.name})
+		}
+	}
+	for _, c := range recreate {
+		tx.Delete(&knftables.Chain{Name: c.name})
+		tx.Add(newChain(c))
+	}
+	for _, name := range slices.Sorted(maps.Keys(goneChains)) {
+		have, ok := haveChains[name]
+		if !ok {
+			continue
+		}
+		if have != "" {
+			tx.Flush(&knftables.Chain{Name: name})
+			p.stats.chainsEmptied++
+		}
+		p.chains[name] = ""
+		p.stale[name] = true
+	}
+
+	// 5. Sets no longer wanted, and sets replaced.
+	for _, name := range slices.Sorted(maps.Keys(goneSets)) {
+		if have := haveSets[name]; have != nil {
+			tx.Delete(setObject(have))
+		}
+		p.sets[name] = nil
+	}
+	for _, s := range replaceSets {
+		tx.Delete(setObject(s))
+		addSet(tx, s)
+	}
+
+	// 6. The rules of new and changed chains.
+	for _, c := range rewrite {
+		for _, r := range c.rules {
+			rl := &knftables.Rule{Chain: c.name, Rule: r.text}
+			if r.comment != "" {
+				rl.Comment = knftables.PtrTo(r.comment)
+			}
+			tx.Add(rl)
+		}
+		p.stats.chainsWritten++
+	}
+
+	// 7. New elements (they may point at the chains just written).
+	for _, e := range adds {
+		tx.Add(elemObject(e))
+		p.stats.elemsAdded++
+	}
+	return p
+}
+
+// commit makes the mirror what a successful plan wrote.
+func (t *table) commit(p *plan, e *env, now time.Time) {
+	if p.full {
+		t.parts = p.parts
+		t.chains, t.sets, t.elems, t.claims = map[string]string{}, map[string]*set{}, map[elemID]string{}, map[elemID][]claim{}
+		t.stale = map[string]time.Time{}
+	} else {
+		for owner, np := range p.parts {
+			if np == nil {
+				delete(t.parts, owner)
+			} else {
+				t.parts[owner] = np
+			}
+		}
+	}
+	for name, sig := range p.chains {
+		t.chains[name] = sig
+		if !p.stale[name] {
+			delete(t.stale, name)
+		} else if _, ok := t.stale[name]; !ok {
+			t.stale[name] = now
+		}
+	}
+	for name, s := range p.sets {
+		if s == nil {
+			delete(t.sets, name)
+		} else {
+			t.sets[name] = s
+		}
+	}
+	for id, v := range p.elems {
+		if v == nil {
+			delete(t.elems, id)
+		} else {
+			t.elems[id] = *v
+		}
+	}
+	for id, cl := range p.claims {
+		if len(cl) == 0 {
+			delete(t.claims, id)
+		} else {
+			t.claims[id] = cl
+		}
+	}
+	t.env = e
+	t.synced = true
+}
+
+// deleteStale deletes the chains emptied at least staleDelay ago, in a
+// transaction of its own: a failure there must not hold back a sync.
+func (t *table) deleteStale(ctx context.Context, now time.Time) (int, error) {
+	var due []string
+	for name, since := range t.stale {
+		if now.Sub(since) >= staleDelay {
+			due = append(due, name)
+		}
+	}
+	if len(due) == 0 {
+		return 0, nil
+	}
+	slices.Sort(due)
+	tx := t.nft.NewTransaction()
+	for _, name := range due {
+		tx.Delete(&knftables.Chain{Name: name})
+	}
+	if err := t.nft.Run(ctx, tx); err != nil {
+		return 0, fmt.Errorf("deleting %d stale chains: %w", len(due), err)
+	}
+	for _, name := range due {
+		delete(t.stale, name)
+		delete(t.chains, name)
+	}
+	return len(due), nil
+}
+
+func newChain(c *chain) *knftables.Chain {
+	kc := &knftables.Chain{Name: c.name}
+	if c.hook != nil {
+		kc.Type, kc.Hook, kc.Priority = knftables.PtrTo(c.hook.typ), knftables.PtrTo(c.hook.hook), knftables.PtrTo(c.hook.priority)
+	}
+	return kc
+}
+
+func addSet(tx *knftables.Transaction, s *set) {
+	tx.Add(setObject(s))
+}
+
+func setObject(s *set) knftables.Object {
+	var comment *string
+	if s.comment != "" {
+		comment = knftables.PtrTo(s.comment)
+	}
+	var timeout *time.Duration
+	if s.timeout > 0 {
+		timeout = knftables.PtrTo(s.timeout)
+	}
+	if s.isMap {
+		return &knftables.Map{Name: s.name, Type: s.typ, Flags: s.flags, Timeout: timeout, Comment: comment}
+	}
+	return &knftables.Set{Name: s.name, Type: s.typ, Flags: s.flags, Timeout: timeout, Comment: comment}
+}
+
+func elemObject(e elem) *knftables.Element {
+	ke := &knftables.Element{Key: splitKey(e.key)}
+	if e.isMap {
+		ke.Map = e.set
+		if e.value != "" {
+			ke.Value = []string{e.value}
+		}
+	} else {
+		ke.Set = e.set
+	}
+	if e.comment != "" {
+		ke.Comment = knftables.PtrTo(e.comment)
+	}
+	return ke
+}
+
+// hookPart is the hook part of a chain signature.
+func hookPart(sig string) string {
+	for i := 0; i < len(sig); i++ {
+		if sig[i] == 0 {
+			return sig[:i]
+		}
+	}
+	return sig
+}
+
+func sortedIDs(m map[elemID]bool) []elemID {
+	ids := slices.Collect(maps.Keys(m))
+	slices.SortFunc(ids, func(a, b elemID) int {
+		if c := cmpString(a.set, b.set); c != 0 {
+			return c
+		}
+		return cmpString(a.key, b.key)
+	})
+	return ids
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,4 @@
+package main
+
+// The nftables backend: kpng ... to-nft.
+import _ "github.com/kpng/kpng/backends/nft"
