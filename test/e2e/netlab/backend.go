@@ -3,28 +3,33 @@ package netlab
 import (
 	"bytes"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
 
 // Backend is a dataplane under test, as an e2e suite sees it: something that,
 // started in a node, makes that node's kernel implement the services of a
-// cluster-state file. A suite is written once against Backend and run for
-// each backend:
+// cluster-state file (see [State]). A suite is written once against Backend
+// and run for each backend:
 //
 //	func TestClusterIP(t *testing.T) {
 //		for _, b := range []netlab.Backend{netlab.Kpng("nft"), netlab.Kpng("iptables")} {
 //			t.Run(b.Name(), func(t *testing.T) {
 //				lab := netlab.New(t, netlab.DefaultSpec())
-//				state := writeState(t, lab) // Nodes, Services, EndpointSlices
+//				state := netlab.NewState(t, lab)
+//				svc := state.AddService("web", netlab.TCPPort("http", 80, 8080))
+//				state.SetEndpoints(svc, netlab.Ready(lab.Pod("pod-b"), lab.Pod("pod-c"))...)
+//				state.Write(t)
 //				for _, n := range lab.Nodes {
-//					b.Start(t, n, state)
+//					b.Start(t, n, state.Path, netlab.ProxyConfig{}).WaitOutput(t, b.SyncedLine(), time.Minute)
 //				}
-//				vip := netip.MustParseAddrPort("10.96.0.10:80")
 //				client := lab.Pod("pod-a")
+//				vip := netlab.ClusterIP(svc, 4, 80)
 //				netlab.Eventually(t, 10*time.Second, func() netlab.Result { return client.TCP(vip) }, netlab.Answered())
 //				got := netlab.Spread(100, func() netlab.Result { return client.TCP(vip) })
 //				...
@@ -34,43 +39,121 @@ import (
 type Backend interface {
 	// Name names the backend in subtest names, e.g. "nft".
 	Name() string
-	// Start starts the proxy for node, fed from stateFile (cluster state in
-	// the format of `kpng file --input`), as a process owned by the node's
-	// lab (see Node.Start), and returns once it is started. That the
-	// dataplane is programmed is for the suite to observe, with Eventually.
-	Start(t testing.TB, node *Node, stateFile string) *Process
+	// Start starts the proxy for node with cfg, fed from stateFile (cluster
+	// state in the format of `kpng file --input`, which the proxy follows as
+	// it changes), as a process owned by the node's lab (see Node.Start),
+	// and returns once it is started. That the dataplane is programmed is
+	// for the suite to observe, with WaitOutput(SyncedLine()) or Eventually.
+	Start(t testing.TB, node *Node, stateFile string, cfg ProxyConfig) *Process
+	// SyncedLine is what the proxy prints after each successful sync.
+	SyncedLine() string
+	// Cleanup runs the proxy's cleanup in node (removing everything it put
+	// in the kernel) to completion, and fails the test if it fails.
+	Cleanup(t testing.TB, node *Node, stateFile string, cfg ProxyConfig)
 }
 
-// Command is a Backend that runs a command line in the node's namespace.
-type Command struct {
-	// BackendName is what Name returns.
-	BackendName string
-	// Argv returns the command line for a node and state file.
-	Argv func(t testing.TB, node *Node, stateFile string) []string
+// ProxyConfig is what a suite asks of a proxy beyond the cluster state, in
+// kube-proxy's terms; each Backend turns it into its own flags.
+type ProxyConfig struct {
+	// NodePortAddresses restricts node ports to these CIDRs (or "primary"),
+	// kube-proxy's --nodeport-addresses. Empty: every node address.
+	NodePortAddresses []string
+	// MasqueradeAll masquerades all traffic to services (--masquerade-all).
+	MasqueradeAll bool
+	// DetectLocalMode is how traffic from local pods is told apart
+	// (--detect-local-mode: ClusterCIDR, NodeCIDR, BridgeInterface,
+	// InterfaceNamePrefix). Empty: the proxy's default.
+	DetectLocalMode string
+	// ClusterCIDRs are the cluster's pod ranges (--cluster-cidr), for
+	// DetectLocalMode ClusterCIDR.
+	ClusterCIDRs []netip.Prefix
+	// Extra are more command-line arguments, appended as they are.
+	Extra []string
 }
 
-// Name implements Backend.
-func (c Command) Name() string { return c.BackendName }
-
-// Start implements Backend.
-func (c Command) Start(t testing.TB, node *Node, stateFile string) *Process {
-	t.Helper()
-	return node.Start(t, c.Argv(t, node, stateFile)...)
-}
-
-// Kpng is the Backend that runs kpng itself, fed by the file source:
-//
-//	kpng file --input <stateFile> to-<sink> --node-name <node> [extraArgs...]
-//
-// with the kpng binary built from this module by KpngBinary.
-func Kpng(sink string, extraArgs ...string) Backend {
-	return Command{
-		BackendName: sink,
-		Argv: func(t testing.TB, node *Node, stateFile string) []string {
-			argv := []string{KpngBinary(t), "file", "--input", stateFile, "to-" + sink, "--node-name", node.Name}
-			return append(argv, extraArgs...)
-		},
+// KubeProxyFlags returns cfg as kube-proxy's command-line flags, which
+// kpng's backends share.
+func (cfg ProxyConfig) KubeProxyFlags() []string {
+	var args []string
+	if len(cfg.NodePortAddresses) > 0 {
+		args = append(args, "--nodeport-addresses="+strings.Join(cfg.NodePortAddresses, ","))
 	}
+	if cfg.MasqueradeAll {
+		args = append(args, "--masquerade-all")
+	}
+	if cfg.DetectLocalMode != "" {
+		args = append(args, "--detect-local-mode="+cfg.DetectLocalMode)
+	}
+	if len(cfg.ClusterCIDRs) > 0 {
+		cidrs := make([]string, len(cfg.ClusterCIDRs))
+		for i, c := range cfg.ClusterCIDRs {
+			cidrs[i] = c.String()
+		}
+		args = append(args, "--cluster-cidr="+strings.Join(cidrs, ","))
+	}
+	return append(args, cfg.Extra...)
+}
+
+// Kpng is the Backend that runs kpng itself, as a node runs it, fed by the
+// file source:
+//
+//	kpng --v=2 file --input <stateFile> to-local --node-name <node> to-<name> [flags...] [extraArgs...]
+//
+// with the kpng binary built from this module by KpngBinary. At -v=2 the
+// backend driver logs "Dataplane synced" after every successful sync.
+func Kpng(name string, extraArgs ...string) Backend {
+	return kpngBackend{name: name, extra: extraArgs}
+}
+
+type kpngBackend struct {
+	name  string
+	extra []string
+}
+
+func (b kpngBackend) Name() string       { return b.name }
+func (b kpngBackend) SyncedLine() string { return "Dataplane synced" }
+
+func (b kpngBackend) argv(t testing.TB, node *Node, stateFile string, cfg ProxyConfig) []string {
+	argv := []string{KpngBinary(t), "--v=2", "file", "--input", stateFile, "to-local", "--node-name", node.Name, "to-" + b.name}
+	argv = append(argv, cfg.KubeProxyFlags()...)
+	return append(argv, b.extra...)
+}
+
+func (b kpngBackend) Start(t testing.TB, node *Node, stateFile string, cfg ProxyConfig) *Process {
+	t.Helper()
+	return node.Start(t, b.argv(t, node, stateFile, cfg)...)
+}
+
+func (b kpngBackend) Cleanup(t testing.TB, node *Node, stateFile string, cfg ProxyConfig) {
+	t.Helper()
+	if out, err := node.Run(append(b.argv(t, node, stateFile, cfg), "--cleanup")...); err != nil {
+		t.Fatalf("node %s: %s --cleanup: %v\n%s", node.Name, b.name, err, out)
+	}
+}
+
+// KpngBackends returns the names of the backends the kpng binary offers: its
+// to-<name> commands under to-local.
+func KpngBackends(t testing.TB) []string {
+	t.Helper()
+	out, err := exec.Command(KpngBinary(t), "file", "--input", "-", "to-local", "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("netlab: kpng file to-local --help: %v\n%s", err, out)
+	}
+	var names []string
+	inCommands := false
+	for _, line := range strings.Split(string(out), "\n") {
+		switch {
+		case strings.HasPrefix(line, "Available Commands:"):
+			inCommands = true
+		case inCommands && strings.TrimSpace(line) == "":
+			inCommands = false
+		case inCommands:
+			if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "to-") {
+				names = append(names, strings.TrimPrefix(f[0], "to-"))
+			}
+		}
+	}
+	return names
 }
 
 var (

@@ -15,11 +15,19 @@ import (
 // staticNft is a stand-in backend for proving the harness: its "cluster
 // state" is an nft ruleset, which it loads into the node and then idles like a
 // proxy would. Real backends read cluster state (see Kpng).
-var staticNft = Command{
-	BackendName: "static-nft",
-	Argv: func(t testing.TB, node *Node, stateFile string) []string {
-		return []string{"sh", "-c", `nft -f "$1" && echo synced && exec sleep 1000000`, "static-nft", stateFile}
-	},
+type staticNft struct{}
+
+func (staticNft) Name() string       { return "static-nft" }
+func (staticNft) SyncedLine() string { return "synced" }
+
+func (staticNft) Start(t testing.TB, node *Node, stateFile string, _ ProxyConfig) *Process {
+	return node.Start(t, "sh", "-c", `nft -f "$1" && echo synced && exec sleep 1000000`, "static-nft", stateFile)
+}
+
+func (staticNft) Cleanup(t testing.TB, node *Node, _ string, _ ProxyConfig) {
+	if out, err := node.Run("nft", "delete", "table", "inet", "static-proxy"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
 }
 
 // serviceRules DNATs a dual-stack "service" (10.96.0.10 and fd00:96::10,
@@ -62,7 +70,7 @@ func serviceRules(endpoints []*Pod) string {
 // every node, wait for it, then assert what clients observe: load spread over
 // a local and a remote endpoint, and client addresses preserved.
 func TestBackend(t *testing.T) {
-	for _, b := range []Backend{staticNft} {
+	for _, b := range []Backend{staticNft{}} {
 		t.Run(b.Name(), func(t *testing.T) {
 			l := New(t, DefaultSpec())
 			endpoints := []*Pod{l.Pod("pod-b"), l.Pod("pod-c")}
@@ -71,8 +79,8 @@ func TestBackend(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, n := range l.Nodes {
-				p := b.Start(t, n, state)
-				p.WaitOutput(t, "synced", 10*time.Second)
+				p := b.Start(t, n, state, ProxyConfig{})
+				p.WaitOutput(t, b.SyncedLine(), 10*time.Second)
 			}
 			n1 := l.Node("node-1")
 			if !n1.BrNetfilter {
@@ -148,17 +156,21 @@ func TestBrNetfilterNeededForSameNodeService(t *testing.T) {
 	}
 }
 
-// TestKpngBackend runs the real kpng binary in a node through the Backend
-// interface: the file source and to-file sink, which needs no dataplane.
-func TestKpngBackend(t *testing.T) {
+// TestKpngInNode runs the real kpng binary in a node, fed by the file
+// source, with the to-file sink, which needs no dataplane: it runs in the
+// node's namespace, follows a State written by the harness, and restarts.
+func TestKpngInNode(t *testing.T) {
 	l := New(t, DefaultSpec())
-	state, err := filepath.Abs("../../../examples/cluster.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := Kpng("file", "--output", "-", "--follow")
-	p := b.Start(t, l.Node("node-1"), state)
-	p.WaitOutput(t, "nodeName: node-1", 2*time.Minute)
+	state := NewState(t, l)
+	svc := state.AddService("web", TCPPort("http", 80, 8080), UDPPort("dns", 53, 8080))
+	state.SetEndpoints(svc, Ready(l.Pod("pod-a"), l.Pod("pod-c"))...)
+	state.Write(t)
+	p := l.Node("node-1").Start(t, KpngBinary(t), "file", "--input", state.Path, "to-file", "--node-name", "node-1", "--output", "-", "--follow")
+	p.WaitOutput(t, "10.244.2.10", 2*time.Minute) // pod-c, a remote endpoint
+	// The file is followed: a changed endpoint shows up.
+	state.SetEndpoints(svc, Ready(l.Pod("pod-b"))...)
+	state.Write(t)
+	p.WaitOutput(t, "10.244.1.11", 10*time.Second)
 	checkNetns(t, p.Pid(), l.Node("node-1").NS)
 	if err := p.Restart(); err != nil {
 		t.Fatal(err)

@@ -148,13 +148,7 @@ func (h *Host) Dial(proto Protocol, dst netip.AddrPort, timeout time.Duration) R
 		}
 		return finish(r, start, fmt.Errorf("%s %s from %s: read: %w", proto, dst, h.Name, err))
 	}
-	name, peer, ok := strings.Cut(strings.TrimSpace(line), " ")
-	ap, perr := netip.ParseAddrPort(peer)
-	if !ok || perr != nil {
-		return finish(r, start, fmt.Errorf("%s %s from %s: garbled answer %q", proto, dst, h.Name, line))
-	}
-	r.Outcome, r.Pod, r.Peer, r.Elapsed = OK, name, ap, time.Since(start)
-	return r
+	return parseAnswer(r, start, line, fmt.Sprintf("%s %s from %s", proto, dst, h.Name))
 }
 
 // recvErr sets IP_RECVERR / IPV6_RECVERR on a client socket. Without it, an

@@ -1,9 +1,11 @@
 package netlab
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -13,7 +15,9 @@ import (
 // Server is the echo server of a pod (or of any [Host]). On every address of
 // its host and every port it serves, it answers each TCP connection and each
 // UDP datagram with one line, "<name> <peer>", where peer is the source
-// address and port it saw, e.g. "pod-a 10.244.1.1:41234". That is what tests
+// address and port it saw, e.g. "pod-a 10.244.1.1:41234"; a TCP connection
+// stays open, and gets the line again for each line the client sends, until
+// the client closes it. That is what tests
 // assert on: who answered, and whether the client's address was preserved or
 // masqueraded.
 //
@@ -32,6 +36,9 @@ type portListeners struct {
 	tcp []net.Listener
 	udp []net.PacketConn
 	wg  sync.WaitGroup // serving goroutines, including per-connection ones
+
+	mu    sync.Mutex
+	conns map[net.Conn]bool // open TCP connections, closed by close
 }
 
 func newServer(h *Host) *Server {
@@ -112,8 +119,9 @@ func (s *Server) ready(port int) error {
 	return nil
 }
 
-// ClosePort stops serving port: listeners are closed, so new TCP connections
-// are refused (RST) and UDP datagrams draw ICMP port unreachable. It returns once every goroutine serving it exited.
+// ClosePort stops serving port: listeners and open connections are closed,
+// so new TCP connections are refused (RST) and UDP datagrams draw ICMP port
+// unreachable. It returns once every goroutine serving it exited.
 func (s *Server) ClosePort(port int) {
 	s.mu.Lock()
 	pl, ok := s.ports[port]
@@ -143,8 +151,11 @@ func (pl *portListeners) close() {
 	for _, c := range pl.udp {
 		c.Close()
 	}
-	// A connection handler only writes one line (bounded by a deadline) and
-	// closes, so waiting for them is short.
+	pl.mu.Lock()
+	for c := range pl.conns {
+		c.Close()
+	}
+	pl.mu.Unlock()
 	pl.wg.Wait()
 }
 
@@ -158,13 +169,46 @@ func (s *Server) serveTCP(pl *portListeners, l net.Listener) {
 			}
 			continue // e.g. ECONNABORTED: keep serving
 		}
+		pl.mu.Lock()
+		if pl.conns == nil {
+			pl.conns = map[net.Conn]bool{}
+		}
+		pl.conns[c] = true
+		pl.mu.Unlock()
 		pl.wg.Add(1)
 		go func() {
 			defer pl.wg.Done()
-			defer c.Close()
-			_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
-			fmt.Fprintf(c, "%s %s\n", s.host.Name, c.RemoteAddr())
+			defer func() {
+				pl.mu.Lock()
+				delete(pl.conns, c)
+				pl.mu.Unlock()
+				c.Close()
+			}()
+			s.serveConn(c)
 		}()
+	}
+}
+
+// streamIdle is how long a TCP connection may stay idle before the server
+// closes it.
+const streamIdle = 2 * time.Minute
+
+// serveConn greets a TCP connection with "<name> <peer>", then answers each
+// line the client sends with the same greeting, until the client closes
+// (see Stream): a long-lived connection shows that it still reaches the same
+// server, with the same address translation.
+func (s *Server) serveConn(c net.Conn) {
+	greeting := fmt.Sprintf("%s %s\n", s.host.Name, c.RemoteAddr())
+	r := bufio.NewReader(c)
+	for {
+		_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(c, greeting); err != nil {
+			return
+		}
+		_ = c.SetReadDeadline(time.Now().Add(streamIdle))
+		if _, err := r.ReadString('\n'); err != nil {
+			return
+		}
 	}
 }
 

@@ -1,0 +1,176 @@
+package netlab
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// Stream is a long-lived TCP connection to a server (see [Server]): each
+// Ping sends a line and reads the server's answer on the same connection, so
+// a test can check that an established connection survives, e.g., a proxy
+// restart, and still reaches the same server.
+type Stream struct {
+	host *Host
+	dst  netip.AddrPort
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+// OpenStream connects to dst from h and reads the server's greeting, within
+// timeout. The Result is the greeting's; the Stream is nil unless it is OK.
+// Close the Stream when done.
+func (h *Host) OpenStream(dst netip.AddrPort, timeout time.Duration) (*Stream, Result) {
+	start := time.Now()
+	var conn net.Conn
+	err := h.Do(func() error {
+		d := net.Dialer{Deadline: start.Add(timeout), Control: recvErr}
+		c, err := d.DialContext(context.Background(), "tcp", dst.String())
+		conn = c
+		return err
+	})
+	if err != nil {
+		return nil, finish(Result{}, start, fmt.Errorf("tcp %s from %s: %w", dst, h.Name, err))
+	}
+	s := &Stream{host: h, dst: dst, conn: conn, r: bufio.NewReader(conn)}
+	r := s.read(start, timeout)
+	if r.Outcome != OK {
+		conn.Close()
+		return nil, r
+	}
+	return s, r
+}
+
+// Ping sends one line on the stream and reads the answer, within timeout.
+func (s *Stream) Ping(timeout time.Duration) Result {
+	start := time.Now()
+	_ = s.conn.SetWriteDeadline(start.Add(timeout))
+	if _, err := io.WriteString(s.conn, "ping\n"); err != nil {
+		return finish(Result{Local: addrPortOf(s.conn.LocalAddr())}, start, fmt.Errorf("tcp %s from %s: send: %w", s.dst, s.host.Name, err))
+	}
+	return s.read(start, timeout)
+}
+
+func (s *Stream) read(start time.Time, timeout time.Duration) Result {
+	r := Result{Local: addrPortOf(s.conn.LocalAddr())}
+	_ = s.conn.SetReadDeadline(start.Add(timeout))
+	line, err := s.r.ReadString('\n')
+	if err != nil {
+		return finish(r, start, fmt.Errorf("tcp %s from %s: read: %w", s.dst, s.host.Name, err))
+	}
+	return parseAnswer(r, start, line, fmt.Sprintf("tcp %s from %s", s.dst, s.host.Name))
+}
+
+// Close closes the connection.
+func (s *Stream) Close() error { return s.conn.Close() }
+
+// parseAnswer fills r from a server's answer line "<name> <peer>".
+func parseAnswer(r Result, start time.Time, line, what string) Result {
+	name, peer, ok := strings.Cut(strings.TrimSpace(line), " ")
+	ap, perr := netip.ParseAddrPort(peer)
+	if !ok || perr != nil {
+		return finish(r, start, fmt.Errorf("%s: garbled answer %q", what, line))
+	}
+	r.Outcome, r.Pod, r.Peer, r.Elapsed = OK, name, ap, time.Since(start)
+	return r
+}
+
+// UDPClient is a connected UDP socket that keeps its source port across
+// exchanges, as a long-lived UDP client (DNS resolver, RTP stream) does: all
+// its datagrams belong to one conntrack entry, which is what a proxy must
+// flush when the endpoint it points to goes away.
+type UDPClient struct {
+	host *Host
+	dst  netip.AddrPort
+	conn net.Conn
+}
+
+// OpenUDP opens a UDP socket in h connected to dst. Close it when done.
+func (h *Host) OpenUDP(dst netip.AddrPort) (*UDPClient, error) {
+	var conn net.Conn
+	err := h.Do(func() error {
+		d := net.Dialer{Control: recvErr}
+		c, err := d.DialContext(context.Background(), "udp", dst.String())
+		conn = c
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("udp %s from %s: %w", dst, h.Name, err)
+	}
+	return &UDPClient{host: h, dst: dst, conn: conn}, nil
+}
+
+// Exchange sends one datagram and reads one answer, within timeout.
+func (u *UDPClient) Exchange(timeout time.Duration) Result {
+	start := time.Now()
+	r := Result{Local: addrPortOf(u.conn.LocalAddr())}
+	what := fmt.Sprintf("udp %s from %s", u.dst, u.host.Name)
+	_ = u.conn.SetDeadline(start.Add(timeout))
+	if _, err := u.conn.Write([]byte("netlab\n")); err != nil {
+		return finish(r, start, fmt.Errorf("%s: send: %w", what, err))
+	}
+	buf := make([]byte, 512)
+	n, err := u.conn.Read(buf)
+	if err != nil {
+		return finish(r, start, fmt.Errorf("%s: read: %w", what, err))
+	}
+	return parseAnswer(r, start, string(buf[:n]), what)
+}
+
+// Local is the socket's own address and port.
+func (u *UDPClient) Local() netip.AddrPort { return addrPortOf(u.conn.LocalAddr()) }
+
+// Close closes the socket.
+func (u *UDPClient) Close() error { return u.conn.Close() }
+
+// HTTPResult is what one HTTP GET observed.
+type HTTPResult struct {
+	// Outcome classifies the attempt as for Dial: OK once a response came.
+	Outcome Outcome
+	Status  int
+	Body    string
+	Err     error
+}
+
+func (r HTTPResult) String() string {
+	if r.Outcome == OK {
+		return fmt.Sprintf("HTTP %d: %s", r.Status, strings.TrimSpace(r.Body))
+	}
+	return fmt.Sprintf("%s: %v", r.Outcome, r.Err)
+}
+
+// HTTPGet sends GET url from inside h's namespace (e.g. to a service's
+// health-check node port) and reads the response, within timeout.
+func (h *Host) HTTPGet(url string, timeout time.Duration) HTTPResult {
+	tr := &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var conn net.Conn
+			err := h.Do(func() error {
+				d := net.Dialer{Control: recvErr}
+				c, err := d.DialContext(ctx, network, addr)
+				conn = c
+				return err
+			})
+			return conn, err
+		},
+	}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: timeout}
+	resp, err := c.Get(url)
+	if err != nil {
+		return HTTPResult{Outcome: classify(err), Err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return HTTPResult{Outcome: classify(err), Err: err}
+	}
+	return HTTPResult{Outcome: OK, Status: resp.StatusCode, Body: string(b)}
+}
