@@ -1,0 +1,181 @@
+package iptables
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// runner applies restore input to one family's tables and reads them back.
+type runner interface {
+	// restore runs iptables-restore --noflush with data.
+	restore(ctx context.Context, data []byte) error
+	// save returns iptables-save's output (all tables).
+	save(ctx context.Context) ([]byte, error)
+}
+
+// execRunner runs the iptables binaries of one family and variant.
+type execRunner struct {
+	restoreCmd, saveCmd string
+	// wait is the xtables lock wait in whole seconds (-w N): never forever.
+	wait int
+}
+
+// restoreError is a failed iptables-restore, with the lines around the one
+// it blamed.
+type restoreError struct {
+	err    error
+	output string
+	lines  string
+}
+
+func (e *restoreError) Error() string {
+	s := fmt.Sprintf("iptables-restore: %v: %s", e.err, e.output)
+	if e.lines != "" {
+		s += "; input near the failure:\n" + e.lines
+	}
+	return s
+}
+
+func (r *execRunner) restore(ctx context.Context, data []byte) error {
+	// -W is the lock retry interval in microseconds (legacy only; the nft
+	// variant takes no lock and ignores both).
+	cmd := exec.CommandContext(ctx, r.restoreCmd, "-w", strconv.Itoa(r.wait), "-W", "100000", "--noflush")
+	cmd.Stdin = bytes.NewReader(data)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return &restoreError{err: err, output: strings.TrimSpace(string(out)), lines: failedLines(data, out)}
+	}
+	return nil
+}
+
+func (r *execRunner) save(ctx context.Context) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, r.saveCmd)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %s", r.saveCmd, err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+// failedLines returns the input lines around the one iptables-restore names
+// in "line N failed", for the error message.
+func failedLines(data, out []byte) string {
+	s := string(out)
+	i := strings.Index(s, "line ")
+	if i < 0 {
+		return ""
+	}
+	rest := s[i+5:]
+	j := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' })
+	if j <= 0 {
+		return ""
+	}
+	n, err := strconv.Atoi(rest[:j])
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(string(data), "\n")
+	var b strings.Builder
+	for k := max(n-3, 1); k <= min(n+1, len(lines)); k++ {
+		fmt.Fprintf(&b, "%6d %s\n", k, lines[k-1])
+	}
+	return b.String()
+}
+
+// dryRunner prints restore input instead of running it, and reads empty
+// tables.
+type dryRunner struct {
+	family string
+	mu     *sync.Mutex
+	w      io.Writer
+}
+
+func (d dryRunner) restore(_ context.Context, data []byte) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, err := fmt.Fprintf(d.w, "# %s iptables-restore --noflush input\n%s", d.family, data)
+	return err
+}
+
+func (d dryRunner) save(context.Context) ([]byte, error) { return nil, nil }
+
+// variant is an iptables flavour: the binaries of both families.
+type variant struct {
+	name                     string // "nft" or "legacy"
+	restore4, save4, restore6, save6 string
+}
+
+var variants = map[string]variant{
+	"nft":    {"nft", "iptables-nft-restore", "iptables-nft-save", "ip6tables-nft-restore", "ip6tables-nft-save"},
+	"legacy": {"legacy", "iptables-legacy-restore", "iptables-legacy-save", "ip6tables-legacy-restore", "ip6tables-legacy-save"},
+}
+
+// runnerFor returns the runner of a family.
+func (v variant) runnerFor(ipv6 bool, wait time.Duration) *execRunner {
+	r := &execRunner{restoreCmd: v.restore4, saveCmd: v.save4, wait: max(int(wait/time.Second), 1)}
+	if ipv6 {
+		r.restoreCmd, r.saveCmd = v.restore6, v.save6
+	}
+	return r
+}
+
+// detectVariant chooses nft or legacy as kube-proxy's image does
+// (iptables-wrapper): the variant that already holds more rules is the one
+// the host (kubelet, the CNI plugin) uses; with no rules in either, the
+// variant of the default iptables binary (`iptables --version` says
+// "nf_tables" or "legacy").
+func detectVariant(ctx context.Context) (variant, error) {
+	counts := map[string]int{}
+	available := map[string]bool{}
+	for name, v := range variants {
+		for _, save := range []string{v.save4, v.save6} {
+			if _, err := exec.LookPath(save); err != nil {
+				continue
+			}
+			out, err := exec.CommandContext(ctx, save).Output()
+			if err != nil {
+				continue
+			}
+			available[name] = true
+			counts[name] += countRules(out)
+		}
+	}
+	switch {
+	case !available["nft"] && !available["legacy"]:
+		return variant{}, errors.New("neither iptables-nft-save nor iptables-legacy-save works: is iptables installed?")
+	case !available["legacy"]:
+		return variants["nft"], nil
+	case !available["nft"]:
+		return variants["legacy"], nil
+	case counts["legacy"] > counts["nft"]:
+		return variants["legacy"], nil
+	case counts["nft"] > counts["legacy"]:
+		return variants["nft"], nil
+	}
+	out, err := exec.CommandContext(ctx, "iptables", "--version").Output()
+	if err == nil && strings.Contains(string(out), "legacy") {
+		return variants["legacy"], nil
+	}
+	return variants["nft"], nil
+}
+
+// countRules counts the rules ("-A" lines) of iptables-save output.
+func countRules(save []byte) int {
+	n := 0
+	for _, l := range bytes.Split(save, []byte{'\n'}) {
+		if bytes.HasPrefix(l, []byte("-A ")) {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,180 @@
+// Package iptables is kpng's iptables backend (to-iptables): kube-proxy's
+// iptables mode, rebuilt on kpng's resolved node-local view.
+//
+// It writes its own chains (all named KPNG-...), reached by jump rules it
+// adds to the builtin chains, so it can run beside kube-proxy. Each sync is
+// one iptables-restore --noflush per family. The backend keeps a record of
+// what it wrote for each service, so a sync after a change rewrites only the
+// chains that change (the shared dispatch chains only when a service's rules
+// in them change); the first sync, every periodic resync and any failure
+// rewrite everything and remove stale chains. See README.md.
+package iptables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
+
+	"github.com/kpng/kpng/backend"
+)
+
+func init() {
+	backend.Register(backend.Registration{
+		Name:  "iptables",
+		Short: "Program the node's services with iptables (kube-proxy's iptables mode)",
+		New:   func() backend.Plugin { return &Plugin{Config: DefaultConfig()} },
+	})
+}
+
+// Plugin is the to-iptables command: flags, then a Backend.
+type Plugin struct {
+	Config Config
+}
+
+// BindFlags implements backend.Plugin.
+func (p *Plugin) BindFlags(fs *pflag.FlagSet) { p.Config.BindFlags(fs) }
+
+// RunOptions implements backend.Tuner.
+func (p *Plugin) RunOptions() backend.Options {
+	return backend.Options{MinSyncPeriod: p.Config.MinSyncPeriod, ResyncPeriod: p.Config.SyncPeriod}
+}
+
+// Open implements backend.Plugin.
+func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, error) {
+	cfg := p.Config
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	log := klog.FromContext(ctx)
+	b := &Backend{cfg: &cfg}
+	var v variant
+	if !cfg.DryRun {
+		var err error
+		if v, err = chooseVariant(ctx, cfg.Mode); err != nil {
+			return nil, err
+		}
+		log.Info("Using iptables", "variant", v.name)
+	}
+	var mu sync.Mutex
+	for _, fam := range cfg.IPFamilies {
+		ipv6 := fam == "ipv6"
+		var run runner
+		if cfg.DryRun {
+			run = dryRunner{family: fam, mu: &mu, w: os.Stdout}
+		} else {
+			r := v.runnerFor(ipv6, cfg.LockWait)
+			if _, err := r.save(ctx); err != nil {
+				// A node without IPv6 (or without ip6tables) still proxies IPv4.
+				log.Error(err, "IP family unavailable, not programming it", "family", fam)
+				continue
+			}
+			run = r
+		}
+		b.proxiers = append(b.proxiers, newProxier(ipv6, &cfg, run))
+	}
+	if len(b.proxiers) == 0 {
+		return nil, errors.New("no IP family can be programmed")
+	}
+	if !cfg.DryRun {
+		for _, px := range b.proxiers {
+			if px.ipv6 {
+				continue
+			}
+			if px.localhostNodePorts {
+				log.Info("Setting route_localnet=1 to allow node ports on localhost; disable with --localhost-nodeports=false or --nodeport-addresses")
+				if err := writeSysctl("net/ipv4/conf/all/route_localnet", "1"); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if v, err := readSysctl("net/netfilter/nf_conntrack_tcp_be_liberal"); err == nil && v != "0" {
+			log.Info("nf_conntrack_tcp_be_liberal set, not dropping INVALID packets")
+			for _, px := range b.proxiers {
+				px.dropInvalid = false
+			}
+		}
+	}
+	return b, nil
+}
+
+func chooseVariant(ctx context.Context, mode string) (variant, error) {
+	if mode != "auto" {
+		v := variants[mode]
+		if _, err := exec.LookPath(v.restore4); err != nil {
+			return variant{}, fmt.Errorf("--iptables-mode=%s: %w", mode, err)
+		}
+		return v, nil
+	}
+	return detectVariant(ctx)
+}
+
+// Cleanup implements backend.Cleaner: it removes every KPNG- chain and
+// every jump to one, in both families and both iptables variants.
+func (p *Plugin) Cleanup(ctx context.Context) error {
+	var errs []error
+	for _, v := range []variant{variants["nft"], variants["legacy"]} {
+		for _, ipv6 := range []bool{false, true} {
+			r := v.runnerFor(ipv6, p.Config.LockWait)
+			if _, err := exec.LookPath(r.saveCmd); err != nil {
+				continue
+			}
+			if err := cleanup(ctx, r); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", r.restoreCmd, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func cleanup(ctx context.Context, r runner) error {
+	saved, err := r.save(ctx)
+	if err != nil {
+		return err
+	}
+	in := cleanupInput(saved)
+	if len(in) == 0 {
+		return nil
+	}
+	return r.restore(ctx, in)
+}
+
+// Backend implements backend.Backend with one proxier per IP family.
+type Backend struct {
+	cfg      *Config
+	proxiers []*proxier
+}
+
+// Sync implements backend.Backend.
+func (b *Backend) Sync(ctx context.Context, state *backend.State, changes backend.Changes) error {
+	var errs []error
+	for _, p := range b.proxiers {
+		if _, err := p.sync(ctx, state, changes); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func sysctlPath(key string) string { return "/proc/sys/" + strings.TrimPrefix(key, "/") }
+
+func writeSysctl(key, value string) error {
+	if cur, err := readSysctl(key); err == nil && cur == value {
+		return nil
+	}
+	if err := os.WriteFile(sysctlPath(key), []byte(value), 0o644); err != nil {
+		return fmt.Errorf("sysctl %s=%s: %w", key, value, err)
+	}
+	return nil
+}
+
+func readSysctl(key string) (string, error) {
+	b, err := os.ReadFile(sysctlPath(key))
+	return strings.TrimSpace(string(b)), err
+}

@@ -1,0 +1,509 @@
+package iptables
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"k8s.io/klog/v2"
+
+	"github.com/kpng/kpng/api/localv1"
+	"github.com/kpng/kpng/backend"
+)
+
+// proxier programs one IP family's tables (ip or ip6), as kube-proxy runs
+// one proxier per family.
+type proxier struct {
+	ipv6   bool
+	family localv1.IPFamily
+	cfg    *Config
+	run    runner
+
+	rend      renderer
+	nodePorts nodePortSelector
+	// localhostNodePorts: IPv4 node ports on 127.0.0.0/8 (route_localnet).
+	localhostNodePorts bool
+	// dropInvalid: nf_conntrack_tcp_be_liberal is off, so INVALID packets
+	// are dropped in KPNG-FORWARD (kubernetes#74839).
+	dropInvalid bool
+	markMasq    string
+
+	// The in-memory record of what the tables hold: per service, what was
+	// written for it; keys sorted (the order of the shared chains).
+	services map[backend.ServiceKey]*rendered
+	keys     []backend.ServiceKey
+	// nodePortIPs are the addresses accepting node ports (when not all).
+	nodePortIPs  []netip.Addr
+	serviceCIDRs []string
+	// needFull: the record may not match the kernel (a failed restore).
+	needFull bool
+
+	buf bytes.Buffer
+}
+
+// syncResult describes one sync of one family.
+type syncResult struct {
+	full bool
+	// partialFailed: a partial restore failed (flushed table, or a chain
+	// changed behind kpng's back) and a full sync followed.
+	partialFailed bool
+	restoreFailed bool
+	bytes         int // restore input size
+	rules         map[string]int
+	noLocal       [2]int // internal, external
+	wrote         bool   // a restore ran
+}
+
+func newProxier(ipv6 bool, cfg *Config, run runner) *proxier {
+	p := &proxier{ipv6: ipv6, family: localv1.IPFamily_IPV4, cfg: cfg, run: run,
+		services: map[backend.ServiceKey]*rendered{}, needFull: true}
+	if ipv6 {
+		p.family = localv1.IPFamily_IPV6
+	}
+	p.rend = renderer{ipv6: ipv6, masqueradeAll: cfg.MasqueradeAll}
+	p.nodePorts = cfg.nodePorts(ipv6)
+	p.localhostNodePorts = !ipv6 && cfg.LocalhostNodePorts && p.nodePorts.containsLoopback
+	p.markMasq = fmt.Sprintf("%#08x", 1<<uint(cfg.MasqueradeBit))
+	p.dropInvalid = true
+	return p
+}
+
+func (p *proxier) name() string {
+	if p.ipv6 {
+		return "IPv6"
+	}
+	return "IPv4"
+}
+
+// sync brings the family's tables to state. A change-only sync writes the
+// changed services' chains, and the shared chains only if a fragment of
+// theirs changed; anything else (first sync, failure, periodic resync, node
+// change) rewrites everything and removes stale chains.
+func (p *proxier) sync(ctx context.Context, state *backend.State, changes backend.Changes) (syncResult, error) {
+	if !(changes.Reset || changes.Resync || changes.NodeChanged || p.needFull) {
+		res, err := p.partialSync(ctx, state, changes)
+		if err == nil {
+			return res, nil
+		}
+		klog.FromContext(ctx).Info("Partial sync failed, syncing everything", "family", p.name(), "err", err)
+		full, err := p.fullSync(ctx, state)
+		full.partialFailed = true
+		full.restoreFailed = full.restoreFailed || res.restoreFailed
+		return full, err
+	}
+	return p.fullSync(ctx, state)
+}
+
+// setNode updates what rules depend on in the node and the cluster.
+func (p *proxier) setNode(state *backend.State) {
+	var primary netip.Addr
+	var podCIDRs []string
+	if n := state.Node; n != nil {
+		for _, a := range n.Addresses {
+			if ip, err := netip.ParseAddr(a); err == nil && ip.Is6() == p.ipv6 {
+				primary = ip
+				break
+			}
+		}
+		podCIDRs = n.PodCidrs
+	}
+	p.rend.nodeIP = primary
+	p.rend.local = p.cfg.detector(p.ipv6, podCIDRs)
+	p.serviceCIDRs = p.serviceCIDRs[:0]
+	for _, c := range state.ServiceCIDRs {
+		if pfx, err := netip.ParsePrefix(c); err == nil && pfx.Addr().Is6() == p.ipv6 {
+			p.serviceCIDRs = append(p.serviceCIDRs, pfx.Masked().String())
+		}
+	}
+	p.nodePortIPs = nil
+	if !p.nodePorts.matchAll {
+		ips, err := p.nodePorts.addresses(p.ipv6, primary)
+		if err != nil {
+			klog.Background().Error(err, "Node ports will not be reachable", "family", p.name())
+		}
+		p.nodePortIPs = ips
+	}
+}
+
+func (p *proxier) fullSync(ctx context.Context, state *backend.State) (syncResult, error) {
+	res := syncResult{full: true}
+	p.setNode(state)
+	saved, err := p.run.save(ctx)
+	if err != nil {
+		p.needFull = true
+		return res, err
+	}
+	existing := parseSave(saved)
+
+	services := make(map[backend.ServiceKey]*rendered, len(state.Services))
+	keys := make([]backend.ServiceKey, 0, len(state.Services))
+	for k, se := range state.Services {
+		if k.Family != p.family {
+			continue
+		}
+		services[k] = p.rend.render(se)
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, backend.ServiceKey.Compare)
+
+	b := &p.buf
+	b.Reset()
+	for _, tbl := range []string{"filter", "nat"} {
+		b.WriteString("*" + tbl + "\n")
+		declared := map[string]bool{}
+		declare := func(c string) {
+			declared[c] = true
+			b.WriteString(":" + c + " - [0:0]\n")
+		}
+		for _, c := range p.fixedChains(tbl) {
+			declare(c)
+		}
+		if tbl == "nat" {
+			for _, k := range keys {
+				for _, c := range services[k].chains {
+					declare(c.name)
+				}
+			}
+		}
+		var stale []string
+		for _, c := range existing[tbl].ownChains() {
+			if !declared[c] {
+				stale = append(stale, c)
+			}
+		}
+		slices.Sort(stale)
+		for _, c := range stale {
+			b.WriteString(":" + c + " - [0:0]\n") // flushes it
+		}
+		// Jumps from the builtin chains: remove those that are not ours
+		// any more (or duplicated), add the missing ones at the top.
+		present := map[string]bool{}
+		for _, r := range existing[tbl].builtinJumps() {
+			from, to := ruleChain(r)
+			key := p.jumpKey(tbl, from, to)
+			if key == "" || present[key] {
+				b.WriteString("-D" + r[2:] + "\n")
+				continue
+			}
+			present[key] = true
+		}
+		js := p.jumps(tbl)
+		for i := len(js) - 1; i >= 0; i-- {
+			if !present[js[i].from+" "+js[i].to] {
+				b.WriteString("-I " + js[i].from + " 1 " + js[i].args() + "\n")
+			}
+		}
+		p.writeFixed(b, tbl)
+		for i := range numShared {
+			if sharedChains[i].table == tbl {
+				p.writeShared(b, i, keys, services)
+			}
+		}
+		if tbl == "nat" {
+			for _, k := range keys {
+				for _, c := range services[k].chains {
+					b.Write(c.rules)
+				}
+			}
+		}
+		for _, c := range stale {
+			b.WriteString("-X " + c + "\n")
+		}
+		b.WriteString("COMMIT\n")
+	}
+	res.bytes = b.Len()
+	res.wrote = true
+	if err := p.run.restore(ctx, b.Bytes()); err != nil {
+		p.needFull = true
+		res.restoreFailed = true
+		return res, fmt.Errorf("%s full sync: %w", p.name(), err)
+	}
+	p.services, p.keys, p.needFull = services, keys, false
+	res.rules, res.noLocal = p.counts()
+	return res, nil
+}
+
+// jumpKey names a builtin jump that kpng wants ("" for one it does not).
+func (p *proxier) jumpKey(tbl, from, to string) string {
+	for _, j := range p.jumps(tbl) {
+		if j.from == from && j.to == to {
+			return from + " " + to
+		}
+	}
+	return ""
+}
+
+func (p *proxier) jumps(tbl string) []builtinJump {
+	var out []builtinJump
+	for _, j := range jumps {
+		if j.table == tbl {
+			out = append(out, j)
+		}
+	}
+	if tbl == "filter" && p.localhostNodePorts {
+		out = append(out, firewallJumps...)
+	}
+	return out
+}
+
+// fixedChains are the chains of a table that exist whatever the services.
+func (p *proxier) fixedChains(tbl string) []string {
+	if tbl == "nat" {
+		return []string{chainServices, chainNodePorts, chainPostrouting, chainMarkMasq, chainCanary}
+	}
+	out := []string{chainServices, chainExternalServices, chainNodePorts, chainForward, chainProxyFirewall, chainClusterIPs, chainCanary}
+	if p.localhostNodePorts {
+		out = append(out, chainFirewall)
+	}
+	return out
+}
+
+// writeFixed writes the rules of the chains that do not depend on services.
+func (p *proxier) writeFixed(b *bytes.Buffer, tbl string) {
+	mark := p.markMasq + "/" + p.markMasq
+	if tbl == "nat" {
+		add(b, chainPostrouting).w("-m", "mark", "!", "--mark", mark, "-j", "RETURN").end()
+		// Clear the mark so a packet that traverses the stack again is not
+		// masqueraded twice.
+		add(b, chainPostrouting).w("-j", "MARK", "--xor-mark", p.markMasq).end()
+		add(b, chainPostrouting).w(comment("kubernetes service traffic requiring SNAT")...).w("-j", "MASQUERADE", "--random-fully").end()
+		add(b, chainMarkMasq).w("-j", "MARK", "--or-mark", p.markMasq).end()
+		return
+	}
+	if p.dropInvalid {
+		add(b, chainForward).w("-m", "conntrack", "--ctstate", "INVALID", "-j", "DROP").end()
+	}
+	add(b, chainForward).w(comment("kubernetes forwarding rules")...).w("-m", "mark", "--mark", mark, "-j", "ACCEPT").end()
+	add(b, chainForward).w(comment("kubernetes forwarding conntrack rule")...).w("-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT").end()
+	if p.localhostNodePorts {
+		// CVE-2020-8558: route_localnet=1 must not let other hosts reach
+		// 127.0.0.0/8; only DNATed (node port) connections may.
+		add(b, chainFirewall).w(comment("block incoming localnet connections")...).
+			w("-d", "127.0.0.0/8", "!", "-s", "127.0.0.0/8", "-m", "conntrack", "!", "--ctstate", "RELATED,ESTABLISHED,DNAT", "-j", "DROP").end()
+	}
+}
+
+// writeShared writes a shared chain's rules: every service's fragment, in
+// key order, then the chain's tail.
+func (p *proxier) writeShared(b *bytes.Buffer, i shared, keys []backend.ServiceKey, services map[backend.ServiceKey]*rendered) {
+	for _, k := range keys {
+		b.Write(services[k].frags[i])
+	}
+	switch i {
+	case natServices:
+		// Node ports last: a node port must not shadow a service IP.
+		c := comment("kubernetes service nodeports; NOTE: this must be the last rule in this chain")
+		if p.nodePorts.matchAll {
+			l := add(b, chainServices).w(c...).w("-m", "addrtype", "--dst-type", "LOCAL")
+			if p.ipv6 {
+				l.w("!", "-d", "::1/128")
+			} else if !p.localhostNodePorts {
+				l.w("!", "-d", "127.0.0.0/8")
+			}
+			l.w("-j", chainNodePorts).end()
+			return
+		}
+		for _, ip := range p.nodePortIPs {
+			if ip.IsLoopback() && !p.localhostNodePorts {
+				continue // IPv6, or localhost node ports off
+			}
+			add(b, chainServices).w(c...).w("-d", ip.String(), "-j", chainNodePorts).end()
+		}
+	case filterServices:
+		add(b, chainServices).w("-j", chainClusterIPs).end()
+	case filterClusterIPs:
+		for _, cidr := range p.serviceCIDRs {
+			add(b, chainClusterIPs).w(comment("unallocated cluster IP")...).w("-d", cidr, "-j", "DROP").end()
+		}
+	}
+}
+
+// partialSync writes only what the changed services changed.
+func (p *proxier) partialSync(ctx context.Context, state *backend.State, changes backend.Changes) (syncResult, error) {
+	var res syncResult
+	type change struct {
+		key      backend.ServiceKey
+		old, new *rendered
+	}
+	var chs []change
+	for _, list := range [][]backend.ServiceKey{changes.Set, changes.Deleted} {
+		for _, k := range list {
+			if k.Family != p.family {
+				continue
+			}
+			c := change{key: k, old: p.services[k]}
+			if se := state.Services[k]; se != nil {
+				c.new = p.rend.render(se)
+			}
+			chs = append(chs, c)
+		}
+	}
+	var dirty [numShared]bool
+	var writeChains []ownChain
+	var deleteChains []string
+	for _, c := range chs {
+		var oldR, newR rendered
+		if c.old != nil {
+			oldR = *c.old
+		}
+		if c.new != nil {
+			newR = *c.new
+		}
+		for i := range numShared {
+			if !bytes.Equal(oldR.frags[i], newR.frags[i]) {
+				dirty[i] = true
+			}
+		}
+		oldChains := map[string][]byte{}
+		for _, oc := range oldR.chains {
+			oldChains[oc.name] = oc.rules
+		}
+		for _, nc := range newR.chains {
+			if prev, ok := oldChains[nc.name]; !ok || !bytes.Equal(prev, nc.rules) {
+				writeChains = append(writeChains, nc)
+			}
+			delete(oldChains, nc.name)
+		}
+		for n := range oldChains {
+			deleteChains = append(deleteChains, n)
+		}
+	}
+	anyDirty := slices.Contains(dirty[:], true)
+	if !anyDirty && len(writeChains) == 0 && len(deleteChains) == 0 {
+		return res, nil // e.g. an endpoint that no traffic from here uses
+	}
+	slices.Sort(deleteChains)
+
+	// The record after this sync, to write the shared chains from.
+	services := p.services
+	keys := p.keys
+	newKeys := false
+	for _, c := range chs {
+		_, had := services[c.key]
+		if (c.new != nil) != had {
+			newKeys = true
+		}
+	}
+	if newKeys || anyDirty {
+		services = make(map[backend.ServiceKey]*rendered, len(p.services)+len(chs))
+		for k, v := range p.services {
+			services[k] = v
+		}
+		for _, c := range chs {
+			if c.new != nil {
+				services[c.key] = c.new
+			} else {
+				delete(services, c.key)
+			}
+		}
+	}
+	if newKeys {
+		keys = make([]backend.ServiceKey, 0, len(services))
+		for k := range services {
+			keys = append(keys, k)
+		}
+		slices.SortFunc(keys, backend.ServiceKey.Compare)
+	}
+
+	b := &p.buf
+	b.Reset()
+	for _, tbl := range []string{"filter", "nat"} {
+		b.WriteString("*" + tbl + "\n")
+		for i := range numShared {
+			if dirty[i] && sharedChains[i].table == tbl {
+				b.WriteString(":" + sharedChains[i].name + " - [0:0]\n")
+			}
+		}
+		if tbl == "nat" {
+			for _, c := range writeChains {
+				b.WriteString(":" + c.name + " - [0:0]\n")
+			}
+			for _, c := range deleteChains {
+				b.WriteString(":" + c + " - [0:0]\n")
+			}
+		}
+		// The canary: fails, and so fails the whole restore, if the table
+		// was flushed behind kpng's back.
+		b.WriteString("-F " + chainCanary + "\n")
+		for i := range numShared {
+			if dirty[i] && sharedChains[i].table == tbl {
+				p.writeShared(b, i, keys, services)
+			}
+		}
+		if tbl == "nat" {
+			for _, c := range writeChains {
+				b.Write(c.rules)
+			}
+			for _, c := range deleteChains {
+				b.WriteString("-X " + c + "\n")
+			}
+		}
+		b.WriteString("COMMIT\n")
+	}
+	res.bytes = b.Len()
+	res.wrote = true
+	if err := p.run.restore(ctx, b.Bytes()); err != nil {
+		p.needFull = true
+		res.restoreFailed = true
+		return res, fmt.Errorf("%s partial sync: %w", p.name(), err)
+	}
+	if !newKeys && !anyDirty {
+		// Same services, same shared fragments: update in place.
+		for _, c := range chs {
+			if c.new != nil {
+				p.services[c.key] = c.new
+			} else {
+				delete(p.services, c.key)
+			}
+		}
+	} else {
+		p.services, p.keys = services, keys
+	}
+	res.rules, res.noLocal = p.counts()
+	return res, nil
+}
+
+// counts returns the rules per table and the services without local
+// endpoints, from the record.
+func (p *proxier) counts() (map[string]int, [2]int) {
+	rules := map[string]int{}
+	var noLocal [2]int
+	for _, r := range p.services {
+		rules["nat"] += r.rules("nat")
+		rules["filter"] += r.rules("filter")
+		noLocal[0] += r.noLocalInternal
+		noLocal[1] += r.noLocalExternal
+	}
+	return rules, noLocal
+}
+
+// cleanupInput returns the restore input that removes everything kpng
+// created in a family's tables, given iptables-save's output.
+func cleanupInput(saved []byte) []byte {
+	var b bytes.Buffer
+	tables := parseSave(saved)
+	for _, tbl := range []string{"filter", "nat", "mangle"} {
+		t := tables[tbl]
+		own := t.ownChains()
+		jumps := t.builtinJumps()
+		if len(own) == 0 && len(jumps) == 0 {
+			continue
+		}
+		slices.Sort(own)
+		b.WriteString("*" + tbl + "\n")
+		for _, c := range own {
+			b.WriteString(":" + c + " - [0:0]\n")
+		}
+		for _, r := range jumps {
+			b.WriteString("-D" + strings.TrimPrefix(r, "-A") + "\n")
+		}
+		for _, c := range own {
+			b.WriteString("-X " + c + "\n")
+		}
+		b.WriteString("COMMIT\n")
+	}
+	return b.Bytes()
+}

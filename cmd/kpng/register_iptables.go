@@ -1,0 +1,4 @@
+package main
+
+// The iptables backend registers itself as to-iptables.
+import _ "github.com/kpng/kpng/backends/iptables"
