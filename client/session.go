@@ -1,0 +1,135 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+)
+
+// batch is one consistent batch of a Watch stream: its operations (without
+// the final Sync) and the Sync's position.
+type batch[O any] struct {
+	reset    bool
+	ops      []O
+	instance uint64
+	revision uint64
+}
+
+// stream is one Watch stream, whatever the API.
+type stream[O any] struct {
+	// ask sends a request for the next batch.
+	ask func(instance, revision uint64) error
+	// recv receives the next message's operations.
+	recv   func() ([]O, error)
+	cancel context.CancelFunc
+}
+
+// protocol is what a session needs to know of an API.
+type protocol[O any] struct {
+	// open starts a stream and sends its first request.
+	open func(ctx context.Context, instance, revision uint64) (*stream[O], error)
+	// sync returns the position of a Sync operation.
+	sync func(op O) (instance, revision uint64, ok bool)
+	// isReset reports whether an operation is a Reset.
+	isReset func(op O) bool
+}
+
+// session is the client side of a Watch protocol across reconnections: it
+// asks for a batch only when the caller wants one (client-paced delivery),
+// and resumes from the last batch received.
+type session[O any] struct {
+	proto    protocol[O]
+	o        options
+	name     string // for logs
+	cur      *stream[O]
+	instance uint64
+	revision uint64
+	failures int
+}
+
+// next returns the next batch, reconnecting (with backoff) as long as it
+// takes. It fails only when ctx ends or the server refuses the request.
+func (s *session[O]) next(ctx context.Context) (batch[O], error) {
+	log := klog.FromContext(ctx).WithValues("api", s.name)
+	for {
+		b, err := s.try(ctx)
+		if err == nil {
+			if s.failures > 0 {
+				log.Info("Watch resumed", "reset", b.reset, "revision", b.revision)
+			}
+			s.failures = 0
+			s.instance, s.revision = b.instance, b.revision
+			return b, nil
+		}
+		if s.cur != nil {
+			s.cur.cancel()
+			s.cur = nil
+		}
+		if ctx.Err() != nil {
+			return batch[O]{}, ctx.Err()
+		}
+		switch status.Code(err) {
+		case codes.InvalidArgument, codes.Unimplemented, codes.PermissionDenied, codes.Unauthenticated:
+			return batch[O]{}, fmt.Errorf("watch refused: %w", err)
+		}
+		wait := min(s.o.minBackoff<<min(s.failures, 16), s.o.maxBackoff)
+		s.failures++
+		log.Error(err, "Watch failed, reconnecting", "in", wait, "failures", s.failures)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return batch[O]{}, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func (s *session[O]) try(ctx context.Context) (batch[O], error) {
+	if s.cur == nil {
+		st, err := s.proto.open(ctx, s.instance, s.revision)
+		if err != nil {
+			return batch[O]{}, err
+		}
+		s.cur = st
+	} else if err := s.cur.ask(s.instance, s.revision); err != nil {
+		return batch[O]{}, err
+	}
+	var b batch[O]
+	for {
+		ops, err := s.cur.recv()
+		if err != nil {
+			return batch[O]{}, err
+		}
+		for i, op := range ops {
+			if inst, rev, ok := s.proto.sync(op); ok {
+				if i != len(ops)-1 {
+					return batch[O]{}, errors.New("protocol error: operations after Sync in one message")
+				}
+				b.instance, b.revision = inst, rev
+				return b, nil
+			}
+			if s.proto.isReset(op) {
+				if len(b.ops) != 0 {
+					return batch[O]{}, errors.New("protocol error: Reset in the middle of a batch")
+				}
+				b.reset = true
+				continue
+			}
+			b.ops = append(b.ops, op)
+		}
+	}
+}
+
+// close ends the current stream.
+func (s *session[O]) close() {
+	if s.cur != nil {
+		s.cur.cancel()
+		s.cur = nil
+	}
+}

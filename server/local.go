@@ -1,0 +1,262 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"k8s.io/klog/v2"
+
+	"github.com/kpng/kpng/api/localv1"
+	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/brain"
+)
+
+// localKey is a key of a node's journal: one view entry, or the node-wide
+// facts (node set).
+type localKey struct {
+	node bool
+	svc  backend.ServiceKey
+}
+
+func compareLocalKeys(a, b localKey) int {
+	if a.node != b.node {
+		if a.node {
+			return -1
+		}
+		return 1
+	}
+	return a.svc.Compare(b.svc)
+}
+
+// nodeView is one node's view, computed once and shared by all its watchers.
+type nodeView struct {
+	instance uint64
+	j        *journal[localKey, proto.Message]
+	cancel   context.CancelFunc
+	watchers int
+	idle     *time.Timer
+}
+
+// acquireView returns the view of a node, starting it if needed.
+func (s *Server) acquireView(opts brain.Options) *nodeView {
+	ctx := s.lifetime()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := s.views[opts]
+	if v == nil {
+		vctx, cancel := context.WithCancel(ctx)
+		v = &nodeView{instance: newInstanceID(), j: newJournal[localKey, proto.Message](s.opts.HistorySize, compareLocalKeys), cancel: cancel}
+		s.views[opts] = v
+		go v.run(vctx, backend.NewLocalFeed(s.store, opts))
+		klog.FromContext(ctx).V(1).Info("Started a node view", "node", opts.NodeName, "instance", v.instance)
+	}
+	if v.idle != nil {
+		v.idle.Stop()
+		v.idle = nil
+	}
+	v.watchers++
+	return v
+}
+
+// releaseView drops a watcher; a view without watchers is stopped after
+// IdleViewTimeout.
+func (s *Server) releaseView(opts brain.Options, v *nodeView) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v.watchers--
+	if v.watchers > 0 {
+		return
+	}
+	v.idle = time.AfterFunc(s.opts.IdleViewTimeout, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if v.watchers == 0 && s.views[opts] == v {
+			delete(s.views, opts)
+			v.cancel()
+		}
+	})
+}
+
+// run publishes the brain's view of the node into the journal.
+func (v *nodeView) run(ctx context.Context, feed *backend.LocalFeed) {
+	first := true
+	for {
+		st, ch, err := feed.Next(ctx)
+		if err != nil {
+			return // only ends with ctx
+		}
+		v.j.update(first, func(set func(localKey, proto.Message)) {
+			if first || ch.NodeChanged {
+				set(localKey{node: true}, &localv1.NodeInfo{Node: st.Node, ServiceCidrs: st.ServiceCIDRs})
+			}
+			for _, k := range ch.Set {
+				set(localKey{svc: k}, st.Services[k])
+			}
+			for _, k := range ch.Deleted {
+				set(localKey{svc: k}, nil)
+			}
+		})
+		first = false
+	}
+}
+
+type localService struct {
+	localv1.UnimplementedWatchServer
+	s *Server
+}
+
+// Watch implements localv1.WatchServer.
+func (l localService) Watch(stream localv1.Watch_WatchServer) error {
+	s := l.s
+	ctx := stream.Context()
+	req, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	if req.NodeName == "" {
+		return status.Error(codes.InvalidArgument, "node_name is required")
+	}
+	opts := brain.Options{NodeName: req.NodeName, ServiceProxyName: req.ServiceProxyName}
+	v := s.acquireView(opts)
+	defer s.releaseView(opts, v)
+	log := klog.FromContext(ctx).WithValues("api", "localv1", "node", req.NodeName)
+
+	var from uint64
+	if req.InstanceId == v.instance {
+		from = req.Revision
+	}
+	out := &chunker[*localv1.Op]{size: s.opts.ChunkSize, send: func(ops []*localv1.Op) error {
+		return stream.Send(&localv1.Ops{Ops: ops})
+	}}
+	for {
+		if _, err := v.j.wait(ctx, from); err != nil {
+			return status.FromContextError(err).Err()
+		}
+		items, rev, reset := v.j.since(from)
+		if reset {
+			if err := out.add(&localv1.Op{Op: &localv1.Op_Reset_{Reset_: &localv1.Reset{}}}); err != nil {
+				return err
+			}
+		}
+		for _, it := range items {
+			if err := localOps(out, it); err != nil {
+				return err
+			}
+		}
+		if err := out.add(&localv1.Op{Op: &localv1.Op_Sync{Sync: &localv1.Sync{InstanceId: v.instance, Revision: rev}}}); err != nil {
+			return err
+		}
+		if err := out.flush(); err != nil {
+			return err
+		}
+		log.V(3).Info("Sent a batch", "from", from, "revision", rev, "reset", reset, "keys", len(items))
+		from = rev
+		// Client-paced: the next batch waits for the client to ask.
+		if _, err := stream.Recv(); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// localOps appends the operations that turn it.old into it.cur.
+func localOps(out *chunker[*localv1.Op], it item[localKey, proto.Message]) error {
+	if it.key.node {
+		ni, _ := it.cur.(*localv1.NodeInfo)
+		return out.add(&localv1.Op{Op: &localv1.Op_SetNode{SetNode: ni}})
+	}
+	key := &localv1.ServiceKey{Namespace: it.key.svc.Namespace, Name: it.key.svc.Name, Family: it.key.svc.Family}
+	cur, _ := it.cur.(*localv1.ServiceEndpoints)
+	old, _ := it.old.(*localv1.ServiceEndpoints)
+	if cur == nil {
+		return out.add(&localv1.Op{Op: &localv1.Op_DeleteService{DeleteService: key}})
+	}
+	if old == nil || !proto.Equal(old.Service, cur.Service) {
+		if err := out.add(&localv1.Op{Op: &localv1.Op_SetService{SetService: cur.Service}}); err != nil {
+			return err
+		}
+	}
+	// Both endpoint lists are sorted by (port name, protocol, ip, port):
+	// merge them.
+	var prev []*localv1.Endpoint
+	if old != nil {
+		prev = old.Endpoints
+	}
+	next := cur.Endpoints
+	for len(prev) > 0 || len(next) > 0 {
+		var c int
+		switch {
+		case len(prev) == 0:
+			c = 1
+		case len(next) == 0:
+			c = -1
+		default:
+			c = compareEndpointKeys(prev[0], next[0])
+		}
+		var op *localv1.Op
+		switch {
+		case c < 0:
+			gone := prev[0]
+			op = &localv1.Op{Op: &localv1.Op_DeleteEndpoint{DeleteEndpoint: &localv1.EndpointOp{Key: key, Endpoint: &localv1.Endpoint{
+				PortName: gone.PortName, Protocol: gone.Protocol, Ip: gone.Ip, Port: gone.Port}}}}
+			prev = prev[1:]
+		case c > 0:
+			op = &localv1.Op{Op: &localv1.Op_SetEndpoint{SetEndpoint: &localv1.EndpointOp{Key: key, Endpoint: next[0]}}}
+			next = next[1:]
+		default:
+			if !proto.Equal(prev[0], next[0]) {
+				op = &localv1.Op{Op: &localv1.Op_SetEndpoint{SetEndpoint: &localv1.EndpointOp{Key: key, Endpoint: next[0]}}}
+			}
+			prev, next = prev[1:], next[1:]
+		}
+		if op != nil {
+			if err := out.add(op); err != nil {
+				return err
+			}
+		}
+	}
+	if (old == nil && cur.TriggerTimeUnixNano != 0) || (old != nil && old.TriggerTimeUnixNano != cur.TriggerTimeUnixNano) {
+		return out.add(&localv1.Op{Op: &localv1.Op_SetTriggerTime{SetTriggerTime: &localv1.TriggerTime{Key: key, UnixNano: cur.TriggerTimeUnixNano}}})
+	}
+	return nil
+}
+
+// compareEndpointKeys orders endpoints as the brain does, by the fields that
+// identify an endpoint within its entry.
+func compareEndpointKeys(a, b *localv1.Endpoint) int {
+	return cmp.Or(strings.Compare(a.PortName, b.PortName), cmp.Compare(a.Protocol, b.Protocol),
+		strings.Compare(a.Ip, b.Ip), cmp.Compare(a.Port, b.Port))
+}
+
+// chunker groups operations into messages of at most size operations.
+type chunker[O any] struct {
+	size int
+	buf  []O
+	send func([]O) error
+}
+
+func (c *chunker[O]) add(op O) error {
+	c.buf = append(c.buf, op)
+	if len(c.buf) >= c.size {
+		return c.flush()
+	}
+	return nil
+}
+
+func (c *chunker[O]) flush() error {
+	if len(c.buf) == 0 {
+		return nil
+	}
+	err := c.send(c.buf)
+	c.buf = nil // the message may still be referenced by the transport
+	return err
+}
