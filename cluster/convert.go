@@ -360,7 +360,7 @@ func EndpointSliceFromK8s(in *discoveryv1.EndpointSlice) (*globalv1.EndpointSlic
 	}
 
 	for i, p := range in.Ports {
-		ep := &globalv1.EndpointPort{Name: p.Name}
+		ep := &globalv1.EndpointPort{Name: copyPtr(p.Name)}
 		proto := corev1.ProtocolTCP
 		if p.Protocol != nil {
 			proto = *p.Protocol
@@ -387,9 +387,9 @@ func EndpointSliceFromK8s(in *discoveryv1.EndpointSlice) (*globalv1.EndpointSlic
 			continue
 		}
 		ge := &globalv1.Endpoint{
-			Ready:       e.Conditions.Ready,
-			Serving:     e.Conditions.Serving,
-			Terminating: e.Conditions.Terminating,
+			Ready:       copyPtr(e.Conditions.Ready),
+			Serving:     copyPtr(e.Conditions.Serving),
+			Terminating: copyPtr(e.Conditions.Terminating),
 		}
 		if out.AddressType == globalv1.AddressType_FQDN {
 			ge.Addresses = append(ge.Addresses, e.Addresses...)
@@ -428,6 +428,18 @@ func EndpointSliceFromK8s(in *discoveryv1.EndpointSlice) (*globalv1.EndpointSlic
 		out.Endpoints = append(out.Endpoints, ge)
 	}
 	return out, warn, nil
+}
+
+// copyPtr returns a pointer to a copy of *p (nil for nil), so that the
+// output shares no memory with the Kubernetes object: a source may decode
+// the next object into the same struct, and json writes through existing
+// pointers.
+func copyPtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
 }
 
 // NodeFromK8s converts a v1 Node into the cluster model.
