@@ -65,20 +65,22 @@ func ServiceFromK8s(in *corev1.Service) (*globalv1.Service, Warnings, error) {
 	}
 
 	clusterIPs := in.Spec.ClusterIPs
+	field := func(i int) string { return fmt.Sprintf("spec.clusterIPs[%d]", i) }
 	if len(clusterIPs) == 0 && in.Spec.ClusterIP != "" {
 		clusterIPs = []string{in.Spec.ClusterIP}
+		field = func(int) string { return "spec.clusterIP" }
 	}
 	for i, ip := range clusterIPs {
 		if ip == corev1.ClusterIPNone {
-			if i != 0 {
-				return nil, nil, fmt.Errorf("service %s/%s: spec.clusterIPs[%d]: %q is only valid alone", in.Namespace, in.Name, i, ip)
+			if len(clusterIPs) != 1 {
+				return nil, nil, fmt.Errorf("service %s/%s: %s: %q is only valid alone", in.Namespace, in.Name, field(i), ip)
 			}
 			out.ClusterIps = append(out.ClusterIps, ip)
 			continue
 		}
 		addr, err := parseIP(ip)
 		if err != nil {
-			return nil, nil, fmt.Errorf("service %s/%s: spec.clusterIPs[%d]: %w", in.Namespace, in.Name, i, err)
+			return nil, nil, fmt.Errorf("service %s/%s: %s: %w", in.Namespace, in.Name, field(i), err)
 		}
 		out.ClusterIps = append(out.ClusterIps, addr)
 	}
@@ -469,13 +471,15 @@ func NodeFromK8s(in *corev1.Node) (*globalv1.Node, Warnings, error) {
 		}
 	}
 	cidrs := in.Spec.PodCIDRs
+	field := func(i int) string { return fmt.Sprintf("spec.podCIDRs[%d]", i) }
 	if len(cidrs) == 0 && in.Spec.PodCIDR != "" {
 		cidrs = []string{in.Spec.PodCIDR}
+		field = func(int) string { return "spec.podCIDR" }
 	}
 	for i, c := range cidrs {
 		prefix, err := parseCIDR(c)
 		if err != nil {
-			warn.add("node %s: spec.podCIDRs[%d] dropped: %v", in.Name, i, err)
+			warn.add("node %s: %s dropped: %v", in.Name, field(i), err)
 			continue
 		}
 		out.PodCidrs = append(out.PodCidrs, prefix)
