@@ -111,7 +111,7 @@ func (d dryRunner) save(context.Context) ([]byte, error) { return nil, nil }
 
 // variant is an iptables flavour: the binaries of both families.
 type variant struct {
-	name                     string // "nft" or "legacy"
+	name                             string // "nft" or "legacy"
 	restore4, save4, restore6, save6 string
 }
 

@@ -66,7 +66,7 @@ func newProxier(ipv6 bool, cfg *Config, run runner) *proxier {
 	p.rend = renderer{ipv6: ipv6, masqueradeAll: cfg.MasqueradeAll}
 	p.nodePorts = cfg.nodePorts(ipv6)
 	p.localhostNodePorts = !ipv6 && cfg.LocalhostNodePorts && p.nodePorts.containsLoopback
-	p.markMasq = fmt.Sprintf("%#08x", 1<<uint(cfg.MasqueradeBit))
+	p.markMasq = fmt.Sprintf("%#x", 1<<uint(cfg.MasqueradeBit))
 	p.dropInvalid = true
 	return p
 }

@@ -16,13 +16,13 @@ import (
 type shared int
 
 const (
-	natServices       shared = iota // nat KPNG-SERVICES
-	natNodePorts                    // nat KPNG-NODEPORTS
-	filterServices                  // filter KPNG-SERVICES
-	filterExternal                  // filter KPNG-EXTERNAL-SERVICES
-	filterNodePorts                 // filter KPNG-NODEPORTS
-	filterFirewall                  // filter KPNG-PROXY-FIREWALL
-	filterClusterIPs                // filter KPNG-CLUSTER-IPS
+	natServices      shared = iota // nat KPNG-SERVICES
+	natNodePorts                   // nat KPNG-NODEPORTS
+	filterServices                 // filter KPNG-SERVICES
+	filterExternal                 // filter KPNG-EXTERNAL-SERVICES
+	filterNodePorts                // filter KPNG-NODEPORTS
+	filterFirewall                 // filter KPNG-PROXY-FIREWALL
+	filterClusterIPs               // filter KPNG-CLUSTER-IPS
 	numShared
 )
 
@@ -338,7 +338,7 @@ func (r *renderer) render(se *localv1.ServiceEndpoints) *rendered {
 					add(fw, fwChain).w(comment(name+" loadbalancer IP")...).w("-s", ip, "-j", extChain).end()
 				}
 			}
-			add(fw, fwChain).w(comment("other traffic to "+name+" will be dropped by "+chainProxyFirewall)...).end()
+			add(fw, fwChain).w(comment("other traffic to " + name + " will be dropped by " + chainProxyFirewall)...).end()
 		}
 
 		// Policy chains and endpoint chains.
