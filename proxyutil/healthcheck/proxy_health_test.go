@@ -17,7 +17,7 @@ import (
 
 type clock struct{ t time.Time }
 
-func (c *clock) now() time.Time       { return c.t }
+func (c *clock) now() time.Time      { return c.t }
 func (c *clock) add(d time.Duration) { c.t = c.t.Add(d) }
 
 func withNode() *backend.State {
