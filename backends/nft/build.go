@@ -130,7 +130,7 @@ func fixedPart(e *env) *part {
 	add(masqueradingChain, knftables.Concat("mark and", e.masqueradeMark, "!=", "0",
 		"mark set mark xor", e.masqueradeMark, "masquerade fully-random"), "")
 	add(masqueradingChain, knftables.Concat("ct status dnat",
-		ipX, "saddr .", ipX, "daddr . meta l4proto . th dport @", hairpinConnectionsSet,
+		ipX, "saddr .", ipX, "daddr . meta l4proto . th dport", "@"+hairpinConnectionsSet,
 		"masquerade fully-random"), "")
 	p.sets = append(p.sets,
 		&set{name: hairpinConnectionsSet, typ: addr + " . " + addr + " . inet_proto . inet_service", comment: "service hairpin connections"},
@@ -144,7 +144,7 @@ func fixedPart(e *env) *part {
 	)
 
 	// Cluster IPs: reject unknown ports, drop unallocated addresses.
-	add(clusterIPsCheckChain, knftables.Concat(ipX, "daddr @", clusterIPsSet, "reject"), "Reject traffic to invalid ports of ClusterIPs")
+	add(clusterIPsCheckChain, knftables.Concat(ipX, "daddr", "@"+clusterIPsSet, "reject"), "Reject traffic to invalid ports of ClusterIPs")
 	if len(e.serviceCIDRs) > 0 {
 		add(clusterIPsCheckChain, knftables.Concat(ipX, "daddr {", strings.Join(e.serviceCIDRs, ", "), "} drop"), "Drop traffic to unallocated ClusterIPs")
 	}
@@ -157,28 +157,28 @@ func fixedPart(e *env) *part {
 
 	// No endpoints: reject or drop, in the filter hooks.
 	add(rejectChain, "reject", "")
-	add(serviceEndpointsCheckChain, knftables.Concat(ipX, "daddr . meta l4proto . th dport vmap @", noEndpointServicesMap), "")
-	nodePortDest := knftables.Concat(ipX, "daddr @", nodePortIPsSet)
+	add(serviceEndpointsCheckChain, knftables.Concat(ipX, "daddr . meta l4proto . th dport vmap", "@"+noEndpointServicesMap), "")
+	nodePortDest := knftables.Concat(ipX, "daddr", "@"+nodePortIPsSet)
 	if e.nodePortAll {
 		nodePortDest = e.localhost
 	}
-	add(nodePortEndpointsCheckChain, knftables.Concat(nodePortDest, "meta l4proto . th dport vmap @", noEndpointNodePortsMap), "")
+	add(nodePortEndpointsCheckChain, knftables.Concat(nodePortDest, "meta l4proto . th dport vmap", "@"+noEndpointNodePortsMap), "")
 
-	add(firewallCheckChain, knftables.Concat(ipX, "daddr . meta l4proto . th dport vmap @", firewallIPsMap), "")
+	add(firewallCheckChain, knftables.Concat(ipX, "daddr . meta l4proto . th dport vmap", "@"+firewallIPsMap), "")
 
 	// Dispatch.
 	if e.masqueradeAll {
-		add(servicesChain, knftables.Concat(ipX, "daddr @", clusterIPsSet, e.masqueradeRule), "masquerade all clusterIP traffic")
+		add(servicesChain, knftables.Concat(ipX, "daddr", "@"+clusterIPsSet, e.masqueradeRule), "masquerade all clusterIP traffic")
 	} else if e.ifNotLocal != nil {
 		// Off-cluster traffic to a cluster IP (someone routed the service
 		// range to this node) may be sent to another node: masquerade it.
-		add(servicesChain, knftables.Concat(ipX, "daddr @", clusterIPsSet, e.ifNotLocal, e.masqueradeRule), "masquerade clusterIP traffic from outside cluster")
+		add(servicesChain, knftables.Concat(ipX, "daddr", "@"+clusterIPsSet, e.ifNotLocal, e.masqueradeRule), "masquerade clusterIP traffic from outside cluster")
 	}
-	add(servicesChain, knftables.Concat(ipX, "daddr . meta l4proto . th dport vmap @", serviceIPsMap), "")
+	add(servicesChain, knftables.Concat(ipX, "daddr . meta l4proto . th dport vmap", "@"+serviceIPsMap), "")
 	if e.nodePortAll {
-		add(servicesChain, knftables.Concat("fib daddr type local", e.localhost, "meta l4proto . th dport vmap @", serviceNodePortsMap), "")
+		add(servicesChain, knftables.Concat("fib daddr type local", e.localhost, "meta l4proto . th dport vmap", "@"+serviceNodePortsMap), "")
 	} else {
-		add(servicesChain, knftables.Concat(ipX, "daddr @", nodePortIPsSet, "meta l4proto . th dport vmap @", serviceNodePortsMap), "")
+		add(servicesChain, knftables.Concat(ipX, "daddr", "@"+nodePortIPsSet, "meta l4proto . th dport vmap", "@"+serviceNodePortsMap), "")
 	}
 
 	// firewall-check etc. exist even when empty of services.
@@ -248,7 +248,7 @@ func servicePart(e *env, se *localv1.ServiceEndpoints) *part {
 					flags:   []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
 					timeout: time.Duration(svc.ClientIpAffinitySeconds) * time.Second, dynamic: true})
 				p.chains = append(p.chains, (&chain{name: x.chain, rules: []rule{
-					{text: knftables.Concat("update @", x.set, "{", ipX, "saddr }")},
+					{text: knftables.Concat("update", "@"+x.set, "{", ipX, "saddr }")},
 					{text: knftables.Concat("meta l4proto", proto, "dnat to", netip.AddrPortFrom(ip, uint16(ep.Port)).String())},
 				}}).seal())
 			}
@@ -391,7 +391,7 @@ func policyChain(e *env, name, proto string, eps []*endpoint, affinity bool) *ch
 		return c.seal()
 	}
 	for i, ep := range eps {
-		c.rules = append(c.rules, rule{text: knftables.Concat(e.ipX, "saddr @", ep.set, "goto", ep.chain)})
+		c.rules = append(c.rules, rule{text: knftables.Concat(e.ipX, "saddr", "@"+ep.set, "goto", ep.chain)})
 		elems = append(elems, knftables.Concat(i, ": goto", ep.chain))
 	}
 	c.rules = append(c.rules, rule{text: knftables.Concat("numgen random mod", len(eps), "vmap {", strings.Join(elems, ", "), "}")})

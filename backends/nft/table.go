@@ -229,6 +229,9 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 			p.elems[id] = &v
 		case want == nil:
 			p.elems[id] = nil
+		default: // unchanged
+			v := want.value
+			p.elems[id] = &v
 		}
 	}
 

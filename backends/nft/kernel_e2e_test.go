@@ -1,0 +1,196 @@
+//go:build e2e
+
+package nft
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+	"sigs.k8s.io/knftables"
+
+	"github.com/kpng/kpng/backend"
+)
+
+// inNetns runs fn on a thread that is in a new network namespace (so the
+// nft processes it starts are too), and deletes the namespace afterwards,
+// whatever happens.
+func inNetns(t *testing.T, fn func(ns string)) {
+	t.Helper()
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Fatalf("the nft command is required: %v", err)
+	}
+	name := fmt.Sprintf("kpng-nft-%d", os.Getpid())
+	done := make(chan struct{})
+	var failure any
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		// The thread is not unlocked: if restoring the namespace failed, it
+		// must die with the goroutine rather than serve others.
+		orig, err := netns.Get()
+		if err != nil {
+			failure = err
+			return
+		}
+		defer orig.Close()
+		ns, err := netns.NewNamed(name)
+		if err != nil {
+			failure = fmt.Errorf("creating netns %s: %w", name, err)
+			return
+		}
+		defer func() {
+			ns.Close()
+			if err := netns.Set(orig); err == nil {
+				runtime.UnlockOSThread()
+			}
+			if err := netns.DeleteNamed(name); err != nil {
+				t.Errorf("deleting netns %s: %v", name, err)
+			}
+		}()
+		defer func() {
+			if r := recover(); r != nil {
+				failure = r
+			}
+		}()
+		fn(name)
+	}()
+	<-done
+	if failure != nil {
+		t.Fatalf("%v", failure)
+	}
+}
+
+// nftIn runs nft in the namespace.
+func nftIn(t *testing.T, ns string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("ip", append([]string{"netns", "exec", ns, "nft"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// realFixture is a backend on the real tables of the current namespace.
+func realFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := newFixture(t, testConfig())
+	var tables []*table
+	for _, fam := range []family{ipv4, ipv6} {
+		nft, err := knftables.New(fam.nft, "kpng")
+		if err != nil {
+			t.Fatalf("knftables.New(%s): %v", fam.nft, err)
+		}
+		tables = append(tables, newTable(fam, nft, nftReader(fam.nft, "kpng")))
+	}
+	b := NewBackend(f.b.cfg, tables...)
+	b.now, b.interfaceAddrs = f.b.now, f.b.interfaceAddrs
+	f.b = b
+	return f
+}
+
+// ops is the number of operations of the last sync, all tables.
+func ops(b *Backend) int {
+	n := 0
+	for _, s := range b.Last {
+		n += s.Operations
+	}
+	return n
+}
+
+// TestKernel runs the backend against real nftables in a namespace of its
+// own: the kernel accepts every kind of rule we write, what we read back
+// matches what we wrote, a restart reconciles without rewriting, and a
+// resync repairs what was changed behind our back.
+func TestKernel(t *testing.T) {
+	inNetns(t, func(ns string) {
+		ctx := context.Background()
+		f := realFixture(t)
+		f.set(richServices()...)
+		if ops(f.b) == 0 {
+			t.Fatal("the first sync wrote nothing")
+		}
+		listing := nftIn(t, ns, "list", "ruleset")
+		for _, want := range []string{"table ip kpng", "table ip6 kpng", "numgen random mod 2", "fib saddr type local", "update @affinity-"} {
+			if !strings.Contains(listing, want) {
+				t.Errorf("the kernel's ruleset lacks %q:\n%s", want, listing)
+			}
+		}
+
+		// A resync finds nothing to do: the listing parses back into
+		// exactly the mirror.
+		f.sync(backend.Changes{Resync: true})
+		if n := ops(f.b); n != 0 {
+			t.Fatalf("a resync right after a sync wrote %d operations: %+v", n, f.b.Last)
+		}
+
+		// A restart (a new backend, Reset) reconciles without writing.
+		restarted := realFixture(t)
+		restarted.state = f.state
+		restarted.sync(backend.Changes{})
+		if n := ops(restarted.b); n != 0 {
+			t.Fatalf("a restart on an up-to-date table wrote %d operations: %+v", n, restarted.b.Last)
+		}
+		f = restarted
+
+		// One endpoint changes: a small transaction the kernel accepts.
+		web := richServices()[0]
+		web.Endpoints = web.Endpoints[:1]
+		f.set(web)
+		if n := ops(f.b); n == 0 || n > 6 {
+			t.Fatalf("one endpoint change wrote %d operations: %+v", n, f.b.Last)
+		}
+
+		// A deleted service's chains are emptied, then deleted a while later.
+		sticky := backend.KeyOf(richServices()[3])
+		f.del(sticky)
+		if !strings.Contains(nftIn(t, ns, "list", "chains"), "ns/sticky/") {
+			t.Fatal("the deleted service's chains went at once; they must wait for the map elements to be released")
+		}
+		f.clock = f.clock.Add(2 * staleDelay)
+		f.sync(backend.Changes{})
+		if l := nftIn(t, ns, "list", "ruleset"); strings.Contains(l, "ns/sticky/") {
+			t.Fatalf("stale chains still there after %v:\n%s", 2*staleDelay, l)
+		}
+
+		// Behind our back: a flushed chain, a deleted element, a foreign rule.
+		nftIn(t, ns, "flush", "chain", "ip", "kpng", "services")
+		nftIn(t, ns, "delete", "element", "ip", "kpng", "cluster-ips", "{ 10.96.0.5 }")
+		nftIn(t, ns, "add", "rule", "ip", "kpng", "masquerading", "counter")
+		f.sync(backend.Changes{Resync: true})
+		if n := ops(f.b); n == 0 {
+			t.Fatal("the resync did not repair the table")
+		}
+		f.sync(backend.Changes{Resync: true})
+		if n := ops(f.b); n != 0 {
+			t.Fatalf("the table was not fully repaired: a second resync wrote %d operations", n)
+		}
+
+		// The whole table deleted by hand: rebuilt.
+		nftIn(t, ns, "delete", "table", "ip", "kpng")
+		f.sync(backend.Changes{Resync: true})
+		if !strings.Contains(nftIn(t, ns, "list", "tables"), "table ip kpng") {
+			t.Fatal("the deleted table was not rebuilt")
+		}
+		f.sync(backend.Changes{Resync: true})
+		if n := ops(f.b); n != 0 {
+			t.Fatalf("after the rebuild a resync wrote %d operations", n)
+		}
+
+		// --cleanup removes both tables.
+		p := &Plugin{Config: testConfig(), set: true}
+		if err := p.Cleanup(ctx); err != nil {
+			t.Fatalf("Cleanup: %v", err)
+		}
+		if l := nftIn(t, ns, "list", "tables"); strings.Contains(l, "kpng") {
+			t.Fatalf("tables left after cleanup:\n%s", l)
+		}
+		_ = time.Second
+	})
+}
