@@ -19,7 +19,7 @@ type feedRunner func(ctx context.Context, drive func(context.Context, backend.Fe
 
 // toLocalCommand is the sink that computes a node's view in this process and
 // hands it to a backend: kpng <source> ... to-local --node-name N to-<backend>.
-func toLocalCommand(source func() (stage, error)) *cobra.Command {
+func toLocalCommand(source sourceFactory) *cobra.Command {
 	opts := &brain.Options{}
 	cmd := &cobra.Command{
 		Use:   "to-local <backend>",
@@ -29,7 +29,7 @@ func toLocalCommand(source func() (stage, error)) *cobra.Command {
 	nodeFlags(cmd.PersistentFlags(), opts)
 	cmd.AddCommand(backendCommands(func() string { return opts.NodeName },
 		func(ctx context.Context, drive func(context.Context, backend.Feed) error) error {
-			src, err := source()
+			src, err := source(sourceOptionsFor(*opts))
 			if err != nil {
 				return err
 			}

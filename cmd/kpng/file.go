@@ -19,7 +19,7 @@ every change publishes its new content.`,
 		Args: cobra.NoArgs,
 	}
 	cmd.PersistentFlags().StringVarP(&src.Path, "input", "i", "", "the file to read (required)")
-	cmd.AddCommand(sinkCommands(func() (stage, error) {
+	cmd.AddCommand(sinkCommands(func(sourceOptions) (stage, error) {
 		if src.Path == "" {
 			return nil, errors.New("file: --input is required")
 		}

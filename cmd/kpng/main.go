@@ -43,5 +43,6 @@ A command line is a source of cluster state followed by a sink:
 	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("vmodule"))
 
 	root.AddCommand(fileCommand())
+	root.AddCommand(kubeCommand())
 	return root
 }

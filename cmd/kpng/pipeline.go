@@ -63,9 +63,25 @@ func defaultNodeName() string {
 	return strings.ToLower(h) // as kube-proxy does
 }
 
-// sinkCommands returns the sink sub-commands of a source command; source()
-// builds the source once the flags are parsed.
-func sinkCommands(source func() (stage, error)) []*cobra.Command {
+// sourceOptions is what a source learns from the sink's flags: which node's
+// view the sink computes (the kube source then watches only that Node; an
+// empty NodeName means every node), and which proxy name it serves (the
+// kube source asks the API server for those Services too).
+type sourceOptions struct {
+	NodeName         string
+	ServiceProxyName string
+}
+
+// sourceFactory builds the source once the flags are parsed.
+type sourceFactory func(sourceOptions) (stage, error)
+
+// sourceOptionsFor returns the source options of a node-local sink.
+func sourceOptionsFor(opts brain.Options) sourceOptions {
+	return sourceOptions{NodeName: opts.NodeName, ServiceProxyName: opts.ServiceProxyName}
+}
+
+// sinkCommands returns the sink sub-commands of a source command.
+func sinkCommands(source sourceFactory) []*cobra.Command {
 	toFile := &tofile.Sink{}
 	toFileCmd := &cobra.Command{
 		Use:   "to-file",
@@ -75,7 +91,7 @@ func sinkCommands(source func() (stage, error)) []*cobra.Command {
 			if toFile.Options.NodeName == "" {
 				return errors.New("--node-name is required (the host name could not be read)")
 			}
-			src, err := source()
+			src, err := source(sourceOptionsFor(toFile.Options))
 			if err != nil {
 				return err
 			}

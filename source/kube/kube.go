@@ -1,0 +1,319 @@
+// Package kube is the source of cluster state that watches a Kubernetes API
+// server: Services, discovery/v1 EndpointSlices, Nodes and (when the server
+// serves them) networking/v1 ServiceCIDRs, through client-go informers, with
+// kube-proxy's server-side selectors.
+//
+// Every informer event is written to the cluster store as it comes; the
+// store drops writes that change nothing, so its revision moves only on
+// real change (a relist after an outage rewrites everything and moves
+// nothing). The store is marked synced once, when every informer has
+// delivered its initial list: no partial state is ever published.
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sync"
+	"time"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
+	networkinginformers "k8s.io/client-go/informers/networking/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/kpng/kpng/cluster"
+)
+
+// Source publishes an API server's view of the cluster to a store.
+type Source struct {
+	// Config is how to reach the API server (see ClientConfig.RESTConfig).
+	Config *rest.Config
+	// NodeName is the node to watch, for a node-local view; empty watches
+	// every node (fan-out).
+	NodeName string
+	// ServiceProxyName also watches the Services labelled
+	// service.kubernetes.io/service-proxy-name with this value; unlabelled
+	// Services are always watched.
+	ServiceProxyName string
+	// StatsInterval is how often the event and revision counters are
+	// logged (at -v=1) when they moved; zero means 30 seconds.
+	StatsInterval time.Duration
+
+	mu     sync.Mutex
+	conn   *conn
+	synced bool
+}
+
+// Status is what a Source knows of its connection to the API server.
+type Status struct {
+	// Synced: every informer delivered its initial list and the store was
+	// marked synced.
+	Synced bool
+	// Reachable is false from the first failed request to the first
+	// successful one.
+	Reachable bool
+	// Outages counts the times contact was lost.
+	Outages int
+}
+
+// Status returns the source's current status.
+func (s *Source) Status() Status {
+	s.mu.Lock()
+	c, synced := s.conn, s.synced
+	s.mu.Unlock()
+	if c == nil {
+		return Status{}
+	}
+	return Status{Synced: synced, Reachable: !c.isDown(), Outages: c.count()}
+}
+
+const defaultStatsInterval = 30 * time.Second
+
+// Run watches the API server and keeps store up to date until ctx ends. It
+// returns an error only for a configuration it cannot use; an unreachable
+// API server is retried, with backoff, for as long as it takes.
+func (s *Source) Run(ctx context.Context, store *cluster.Store) error {
+	logger := klog.FromContext(ctx)
+	serviceSel, err := serviceSelector(s.ServiceProxyName)
+	if err != nil {
+		return err
+	}
+	c := newConn(logger)
+	s.mu.Lock()
+	s.conn, s.synced = c, false
+	s.mu.Unlock()
+	config := rest.CopyConfig(s.Config)
+	config.Wrap(c.wrap)
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return fmt.Errorf("creating the API client: %w", err)
+	}
+
+	withCIDRs, err := waitServiceCIDRDiscovery(ctx, logger, client.Discovery(), c)
+	if err != nil {
+		return nil // ctx ended
+	}
+
+	w := &writer{store: store, logger: logger}
+	var informers []*informer
+	add := func(inf *informer) { informers = append(informers, inf) }
+
+	services := newInformer("services", coreinformers.NewFilteredServiceInformer(
+		client, metav1.NamespaceAll, 0, cache.Indexers{}, serviceSel.tweak))
+	services.handler = handler(w, serviceSetter(s.ServiceProxyName), func(tx *cluster.Tx, ns, name string) { tx.DeleteService(ns, name) })
+	add(services)
+
+	slices := newInformer("endpointslices", discoveryinformers.NewFilteredEndpointSliceInformer(
+		client, metav1.NamespaceAll, 0, cache.Indexers{}, endpointSliceSelector().tweak))
+	slices.handler = handler(w, setEndpointSlice, func(tx *cluster.Tx, ns, name string) { tx.DeleteEndpointSlice(ns, name) })
+	add(slices)
+
+	nodes := newInformer("nodes", coreinformers.NewFilteredNodeInformer(client, 0, cache.Indexers{}, nodeSelector(s.NodeName).tweak))
+	nodes.handler = handler(w, setNode, func(tx *cluster.Tx, _, name string) { tx.DeleteNode(name) })
+	add(nodes)
+
+	var cidrs *informer
+	if withCIDRs {
+		cidrs = newInformer("servicecidrs", networkinginformers.NewFilteredServiceCIDRInformer(client, 0, cache.Indexers{}, nil))
+		cidrs.handler = handler(w, setServiceCIDR, func(tx *cluster.Tx, _, name string) { tx.DeleteServiceCIDR(name) })
+		add(cidrs)
+	} else {
+		logger.Info("The API server serves no networking.k8s.io/v1 ServiceCIDRs; the view will have none")
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var running sync.WaitGroup
+	defer running.Wait()
+	var synced []cache.DoneChecker
+	for _, inf := range informers {
+		reg, err := inf.start(ctx, &running, c)
+		if err != nil {
+			return err
+		}
+		synced = append(synced, reg.HasSyncedChecker())
+	}
+
+	began := time.Now()
+	for _, d := range synced {
+		select {
+		case <-d.Done():
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	store.MarkSynced()
+	s.mu.Lock()
+	s.synced = true
+	s.mu.Unlock()
+	count := func(infs ...*informer) int {
+		n := 0
+		for _, inf := range infs {
+			if inf != nil {
+				n += len(inf.GetStore().ListKeys())
+			}
+		}
+		return n
+	}
+	st := store.Stats()
+	logger.Info("Synced with the API server", "took", time.Since(began).Round(time.Millisecond),
+		"services", count(services), "endpointSlices", count(slices),
+		"nodes", count(nodes), "serviceCIDRs", count(cidrs), "events", st.Events, "clusterRevision", st.Revision)
+
+	s.logStats(ctx, logger, store)
+	return nil
+}
+
+// logStats logs, at -v=1, the store's counters when they moved: events in
+// (informer events written) vs revisions out (batches that changed
+// something).
+func (s *Source) logStats(ctx context.Context, logger klog.Logger, store *cluster.Store) {
+	log := logger.V(1)
+	if !log.Enabled() {
+		<-ctx.Done()
+		return
+	}
+	interval := s.StatsInterval
+	if interval <= 0 {
+		interval = defaultStatsInterval
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	last := store.Stats()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if st := store.Stats(); st != last {
+			log.Info("API events", "events", st.Events, "clusterRevision", st.Revision,
+				"eventsSinceLast", st.Events-last.Events, "revisionsSinceLast", st.Revision-last.Revision)
+			last = st
+		}
+	}
+}
+
+// waitServiceCIDRDiscovery asks the API server, until it answers, whether
+// it serves networking.k8s.io/v1 ServiceCIDRs. It fails only when ctx ends.
+func waitServiceCIDRDiscovery(ctx context.Context, logger klog.Logger, dc discovery.DiscoveryInterface, c *conn) (bool, error) {
+	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 30 * time.Second}
+	for {
+		ok, err := servesServiceCIDRs(dc)
+		if err == nil {
+			return ok, nil
+		}
+		if !c.isDown() { // an outage is logged once, by c
+			logger.Error(err, "Discovering the API server's resources; retrying")
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(backoff.Step()):
+		}
+	}
+}
+
+// servesServiceCIDRs reports whether the API server serves
+// networking.k8s.io/v1 ServiceCIDRs (Kubernetes 1.33 and later).
+func servesServiceCIDRs(dc discovery.DiscoveryInterface) (bool, error) {
+	list, err := dc.ServerResourcesForGroupVersion(networkingv1.SchemeGroupVersion.String())
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("discovering %s: %w", networkingv1.SchemeGroupVersion, err)
+	}
+	for _, r := range list.APIResources {
+		if r.Name == "servicecidrs" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// informer is one watch and what its events do to the store.
+type informer struct {
+	cache.SharedIndexInformer
+	name    string
+	handler cache.ResourceEventHandler
+}
+
+func newInformer(name string, inf cache.SharedIndexInformer) *informer {
+	return &informer{SharedIndexInformer: inf, name: name}
+}
+
+// start registers the handler and runs the informer until ctx ends.
+func (inf *informer) start(ctx context.Context, running *sync.WaitGroup, c *conn) (cache.ResourceEventHandlerRegistration, error) {
+	logger := klog.FromContext(ctx)
+	// Keep in memory only what kpng reads: the informer's cache holds every
+	// object, and managed fields are often most of one.
+	if err := inf.SetTransform(trim); err != nil {
+		return nil, fmt.Errorf("%s: %w", inf.name, err)
+	}
+	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
+		if c.isDown() || quietWatchError(err) {
+			logger.V(4).Info("Watch ended; retrying", "resource", inf.name, "err", err)
+			return
+		}
+		logger.Error(err, "Watching the API server; retrying", "resource", inf.name)
+	}); err != nil {
+		return nil, fmt.Errorf("%s: %w", inf.name, err)
+	}
+	reg, err := inf.AddEventHandlerWithOptions(inf.handler, cache.HandlerOptions{Logger: &logger})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", inf.name, err)
+	}
+	running.Add(1)
+	go func() {
+		defer running.Done()
+		inf.RunWithContext(ctx)
+	}()
+	return reg, nil
+}
+
+// quietWatchError: the ends of a watch that are part of normal operation or
+// of an outage (which the transport already reported).
+func quietWatchError(err error) bool {
+	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || utilnet.IsProbableEOF(err) || utilnet.IsConnectionRefused(err) ||
+		errors.Is(err, context.Canceled)
+}
+
+func (sel selector) tweak(o *metav1.ListOptions) {
+	o.LabelSelector, o.FieldSelector = sel.label, sel.field
+}
+
+const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
+
+// trim drops what kpng never reads from an object before the informer
+// caches it.
+func trim(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+		if a := m.GetAnnotations(); a != nil {
+			if _, ok := a[lastAppliedAnnotation]; ok {
+				kept := make(map[string]string, len(a)-1)
+				for k, v := range a {
+					if k != lastAppliedAnnotation {
+						kept[k] = v
+					}
+				}
+				m.SetAnnotations(kept)
+			}
+		}
+	}
+	return obj, nil
+}
