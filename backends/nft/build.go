@@ -392,9 +392,11 @@ func policyChain(e *env, name, proto string, eps []*endpoint, affinity bool) *ch
 	}
 	for i, ep := range eps {
 		c.rules = append(c.rules, rule{text: knftables.Concat(e.ipX, "saddr", "@"+ep.set, "goto", ep.chain)})
+		// (" , ": a chain name followed by a comma reads as a different name
+		// to knftables' fake.)
 		elems = append(elems, knftables.Concat(i, ": goto", ep.chain))
 	}
-	c.rules = append(c.rules, rule{text: knftables.Concat("numgen random mod", len(eps), "vmap {", strings.Join(elems, ", "), "}")})
+	c.rules = append(c.rules, rule{text: knftables.Concat("numgen random mod", len(eps), "vmap {", strings.Join(elems, " , "), "}")})
 	return c.seal()
 }
 
