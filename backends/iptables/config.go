@@ -16,6 +16,7 @@ const (
 	LocalModeNodeCIDR            = "NodeCIDR"
 	LocalModeBridgeInterface     = "BridgeInterface"
 	LocalModeInterfaceNamePrefix = "InterfaceNamePrefix"
+	LocalModeNone                = "None"
 )
 
 // Config is the backend's configuration: kube-proxy's iptables-mode flags.
@@ -63,12 +64,14 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 		`CIDRs of the node addresses that accept node ports, or "primary" for the node's primary IPs; empty: all local addresses`)
 	fs.BoolVar(&c.MasqueradeAll, "masquerade-all", c.MasqueradeAll, "SNAT all traffic sent to cluster IPs")
 	fs.IntVar(&c.MasqueradeBit, "masquerade-bit", c.MasqueradeBit, "the fwmark bit (0-31) that marks packets to SNAT")
+	fs.IntVar(&c.MasqueradeBit, "iptables-masquerade-bit", c.MasqueradeBit, "kube-proxy's name of --masquerade-bit")
 	fs.StringSliceVar(&c.ClusterCIDRs, "cluster-cidr", c.ClusterCIDRs, "the pod CIDRs of the cluster (one per family), for --detect-local-mode=ClusterCIDR")
 	fs.StringVar(&c.DetectLocalMode, "detect-local-mode", c.DetectLocalMode,
-		"how to tell pod traffic from other traffic: ClusterCIDR (default), NodeCIDR, BridgeInterface or InterfaceNamePrefix")
+		"how to tell pod traffic from other traffic: ClusterCIDR (default), NodeCIDR, BridgeInterface, InterfaceNamePrefix or None")
 	fs.StringVar(&c.PodBridgeInterface, "pod-bridge-interface", c.PodBridgeInterface, "the pods' bridge, for --detect-local-mode=BridgeInterface")
 	fs.StringVar(&c.PodInterfaceNamePrefix, "pod-interface-name-prefix", c.PodInterfaceNamePrefix, "the prefix of the pods' interfaces, for --detect-local-mode=InterfaceNamePrefix")
 	fs.BoolVar(&c.LocalhostNodePorts, "localhost-nodeports", c.LocalhostNodePorts, "accept IPv4 node ports on 127.0.0.0/8 (sets route_localnet=1, with kube-proxy's CVE-2020-8558 protection)")
+	fs.BoolVar(&c.LocalhostNodePorts, "iptables-localhost-nodeports", c.LocalhostNodePorts, "kube-proxy's name of --localhost-nodeports")
 	fs.DurationVar(&c.MinSyncPeriod, "min-sync-period", c.MinSyncPeriod, "the least time between two syncs")
 	fs.DurationVar(&c.SyncPeriod, "sync-period", c.SyncPeriod, "the longest time between two syncs; each periodic sync rewrites everything")
 	fs.StringVar(&c.HealthzBindAddress, "healthz-bind-address", c.HealthzBindAddress, "address of the /healthz and /livez server; empty disables it")
@@ -136,7 +139,7 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--cluster-cidr: at most one CIDR per family")
 	}
 	switch c.DetectLocalMode {
-	case "", LocalModeClusterCIDR, LocalModeNodeCIDR:
+	case "", LocalModeClusterCIDR, LocalModeNodeCIDR, LocalModeNone:
 	case LocalModeBridgeInterface:
 		if c.PodBridgeInterface == "" {
 			return fmt.Errorf("--detect-local-mode=BridgeInterface needs --pod-bridge-interface")
@@ -244,6 +247,8 @@ func (c *Config) detector(ipv6 bool, podCIDRs []string) localDetector {
 		return localDetector{}
 	}
 	switch c.DetectLocalMode {
+	case LocalModeNone:
+		return localDetector{}
 	case LocalModeNodeCIDR:
 		return byCIDR(podCIDRs)
 	case LocalModeBridgeInterface:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -26,6 +27,19 @@ type execRunner struct {
 	restoreCmd, saveCmd string
 	// wait is the xtables lock wait in whole seconds (-w N): never forever.
 	wait int
+	// wrap prefixes every command (tests: ip netns exec NAME); env adds to
+	// its environment.
+	wrap []string
+	env  []string
+}
+
+func (r *execRunner) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	argv := append(append(append([]string{}, r.wrap...), name), args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	if len(r.env) > 0 {
+		cmd.Env = append(os.Environ(), r.env...)
+	}
+	return cmd
 }
 
 // restoreError is a failed iptables-restore, with the lines around the one
@@ -47,7 +61,7 @@ func (e *restoreError) Error() string {
 func (r *execRunner) restore(ctx context.Context, data []byte) error {
 	// -W is the lock retry interval in microseconds (legacy only; the nft
 	// variant takes no lock and ignores both).
-	cmd := exec.CommandContext(ctx, r.restoreCmd, "-w", strconv.Itoa(r.wait), "-W", "100000", "--noflush")
+	cmd := r.command(ctx, r.restoreCmd, "-w", strconv.Itoa(r.wait), "-W", "100000", "--noflush")
 	cmd.Stdin = bytes.NewReader(data)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -57,7 +71,7 @@ func (r *execRunner) restore(ctx context.Context, data []byte) error {
 }
 
 func (r *execRunner) save(ctx context.Context) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, r.saveCmd)
+	cmd := r.command(ctx, r.saveCmd)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -1,0 +1,304 @@
+//go:build e2e
+
+package iptables
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/vishvananda/netns"
+
+	"github.com/kpng/kpng/api/localv1"
+	"github.com/kpng/kpng/backend"
+)
+
+// newNetns creates a network namespace for one test and deletes it when the
+// test ends, failed or not. Nothing here touches the root namespace.
+func newNetns(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the iptables kernel tests need root (they create network namespaces)")
+	}
+	b := make([]byte, 4)
+	rand.Read(b)
+	name := "kpipt-" + hex.EncodeToString(b)
+	errc := make(chan error, 1)
+	go func() {
+		// The creating thread joins the new namespace: it is locked and
+		// never returned to the scheduler (the runtime discards it).
+		runtime.LockOSThread()
+		h, err := netns.NewNamed(name)
+		if err == nil {
+			h.Close()
+		}
+		errc <- err
+	}()
+	if err := <-errc; err != nil {
+		t.Fatalf("create netns %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if err := netns.DeleteNamed(name); err != nil {
+			t.Errorf("delete netns %s: %v", name, err)
+		}
+	})
+	if out, err := exec.Command("ip", "-n", name, "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		t.Fatalf("lo up: %v: %s", err, out)
+	}
+	return name
+}
+
+// kernelRunner is an execRunner inside a namespace.
+func kernelRunner(t *testing.T, ns string, v variant, ipv6 bool) *execRunner {
+	t.Helper()
+	r := v.runnerFor(ipv6, 5*time.Second)
+	if _, err := exec.LookPath(r.restoreCmd); err != nil {
+		t.Fatalf("%s is required: %v", r.restoreCmd, err)
+	}
+	r.wrap = []string{"ip", "netns", "exec", ns}
+	// A lock file of our own: never contend with the host's iptables.
+	r.env = []string{"XTABLES_LOCKFILE=" + filepath.Join(t.TempDir(), "xtables.lock")}
+	return r
+}
+
+var saveNoise = regexp.MustCompile(`(?m)^#.*\n|\[\d+:\d+\]`)
+
+// ourRules returns iptables-save's output restricted to kpng's chains and
+// the jumps to them, without comments and counters.
+func ourRules(t *testing.T, r *execRunner) string {
+	t.Helper()
+	out, err := r.save(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, l := range strings.Split(saveNoise.ReplaceAllString(string(out), ""), "\n") {
+		if strings.HasPrefix(l, "*") || strings.Contains(l, chainPrefix) {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
+// everyKind is a state with a service of each kind, in both families.
+func everyKind() *backend.State {
+	st := newState()
+	add := func(se *localv1.ServiceEndpoints) { st.Services[backend.KeyOf(se)] = se }
+	add(named("cip", "10.96.0.10", nil, ep("10.244.1.5", 8080, true), ep("10.244.2.7", 8080, false)))
+	add(named("none", "10.96.0.11", func(s *localv1.Service) {
+		s.Type = localv1.ServiceType_NODE_PORT
+		s.Ports[0].NodePort = 30011
+		s.ExternalIps = []string{"192.0.2.1"}
+	}))
+	add(named("aff", "10.96.0.12", func(s *localv1.Service) { s.ClientIpAffinitySeconds = 600 }, ep("10.244.1.5", 8080, true)))
+	add(named("itp", "10.96.0.13", func(s *localv1.Service) { s.InternalTrafficPolicy = localv1.TrafficPolicy_LOCAL },
+		&localv1.Endpoint{PortName: "p", Protocol: localv1.Protocol_TCP, Ip: "10.244.2.7", Port: 8080, Ready: true}))
+	add(named("etp", "10.96.0.14", func(s *localv1.Service) {
+		s.Type = localv1.ServiceType_LOAD_BALANCER
+		s.Ports[0].NodePort = 30014
+		s.ExternalTrafficPolicy = localv1.TrafficPolicy_LOCAL
+		s.HealthCheckNodePort = 32014
+		s.LoadBalancerIps = []string{"203.0.113.14"}
+		s.LoadBalancerSourceRanges = []string{"192.168.77.0/24", "198.51.100.0/24"}
+	}, ep("10.244.1.5", 8080, true), ep("10.244.2.7", 8080, false)))
+	udp := ep("fd00:10:244:1::5", 53, true)
+	udp.Protocol = localv1.Protocol_UDP
+	add(named("dns6", "fd00:10:96::a", func(s *localv1.Service) {
+		s.Family = localv1.IPFamily_IPV6
+		s.Type = localv1.ServiceType_NODE_PORT
+		s.Ports[0].Protocol = localv1.Protocol_UDP
+		s.Ports[0].NodePort = 30053
+		s.ExternalIps = []string{"2001:db8::1"}
+		s.ClientIpAffinitySeconds = 60
+	}, udp))
+	return st
+}
+
+func forEachVariant(t *testing.T, f func(t *testing.T, v variant, ipv6 bool)) {
+	for _, vn := range []string{"nft", "legacy"} {
+		for _, ipv6 := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/ipv6=%v", vn, ipv6), func(t *testing.T) { f(t, variants[vn], ipv6) })
+		}
+	}
+}
+
+// TestKernelAcceptsEveryKind: the kernel takes a full sync of every kind of
+// service, a second full sync is a no-op, and cleanup leaves nothing.
+func TestKernelAcceptsEveryKind(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, v variant, ipv6 bool) {
+		ns := newNetns(t)
+		r := kernelRunner(t, ns, v, ipv6)
+		p := newProxier(ipv6, testConfig(), r)
+		st := everyKind()
+		res := mustSync(t, p, st, backend.Changes{Reset: true})
+		got := ourRules(t, r)
+		if res.rules["nat"] < 5 || !strings.Contains(got, "-j DNAT --to-destination") {
+			t.Fatalf("no service rules were written:\n%s", got)
+		}
+		mustSync(t, p, st, backend.Changes{Resync: true})
+		if diff := cmp.Diff(got, ourRules(t, r)); diff != "" {
+			t.Errorf("a second full sync changed the tables:\n%s", diff)
+		}
+		if err := cleanup(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+		if left := ourRules(t, r); strings.Contains(left, chainPrefix) {
+			t.Errorf("cleanup left:\n%s", left)
+		}
+	})
+}
+
+// TestKernelPartialSyncsEqualFullSync: partial syncs of random changes leave
+// the kernel tables exactly as one full sync of the final state does.
+func TestKernelPartialSyncsEqualFullSync(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, v variant, ipv6 bool) {
+		if ipv6 {
+			return // randomService is IPv4; the IPv6 rules are proven by the other tests
+		}
+		r := kernelRunner(t, newNetns(t), v, ipv6)
+		p := newProxier(false, testConfig(), r)
+		rng := mrand.New(mrand.NewPCG(3, 4))
+		st := newState()
+		mustSync(t, p, st, backend.Changes{Reset: true})
+		partial := 0
+		for range 40 {
+			name := fmt.Sprintf("s%d", rng.IntN(8))
+			key := backend.ServiceKey{Namespace: "ns", Name: name, Family: localv1.IPFamily_IPV4}
+			ch := backend.Changes{}
+			if rng.IntN(5) == 0 {
+				delete(st.Services, key)
+				ch.Deleted = []backend.ServiceKey{key}
+			} else {
+				st.Services[key] = randomService(rng, name)
+				ch.Set = []backend.ServiceKey{key}
+			}
+			if res := mustSync(t, p, st, ch); !res.full {
+				partial++
+			}
+		}
+		if partial < 30 {
+			t.Fatalf("only %d of 40 syncs were partial", partial)
+		}
+		fresh := kernelRunner(t, newNetns(t), v, ipv6)
+
+		mustSync(t, newProxier(false, testConfig(), fresh), st, backend.Changes{Reset: true})
+		if diff := cmp.Diff(ourRules(t, fresh), ourRules(t, r)); diff != "" {
+			t.Fatalf("kernel tables after partial syncs differ from a full sync (-full +partial):\n%s", diff)
+		}
+	})
+}
+
+// TestKernelCanary: flushing and deleting kpng's chains by hand makes the
+// next partial sync fail on the canary and a full sync repair everything.
+func TestKernelCanary(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, v variant, ipv6 bool) {
+		ns := newNetns(t)
+		r := kernelRunner(t, ns, v, ipv6)
+		p := newProxier(ipv6, testConfig(), r)
+		st := everyKind()
+		mustSync(t, p, st, backend.Changes{Reset: true})
+
+		ipt := strings.TrimSuffix(r.saveCmd, "-save")
+		for _, args := range [][]string{{"-t", "nat", "-F"}, {"-t", "nat", "-X"}, {"-t", "filter", "-F"}, {"-t", "filter", "-X"}} {
+			cmd := exec.Command("ip", append([]string{"netns", "exec", ns, ipt, "-w", "5"}, args...)...)
+			cmd.Env = append(os.Environ(), r.env...)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%s %v: %v: %s", ipt, args, err, out)
+			}
+		}
+		key := backend.ServiceKey{Namespace: "ns", Name: "cip", Family: localv1.IPFamily_IPV4}
+		if ipv6 {
+			key = backend.ServiceKey{Namespace: "ns", Name: "dns6", Family: localv1.IPFamily_IPV6}
+		}
+		// A change to one service: a partial sync, but for the canary.
+		changed := named(key.Name, "10.96.0.10", nil, ep("10.244.1.6", 8080, true))
+		if ipv6 {
+			e := ep("fd00:10:244:1::6", 53, true)
+			e.Protocol = localv1.Protocol_UDP
+			changed = named(key.Name, "fd00:10:96::a", func(s *localv1.Service) {
+				s.Family = localv1.IPFamily_IPV6
+				s.Ports[0].Protocol = localv1.Protocol_UDP
+			}, e)
+		}
+		st.Services[key] = changed
+		res := mustSync(t, p, st, backend.Changes{Set: []backend.ServiceKey{key}})
+		if !res.partialFailed || !res.full {
+			t.Fatalf("the canary did not turn the partial sync into a full one: %+v", res)
+		}
+		fresh := kernelRunner(t, newNetns(t), v, ipv6)
+		mustSync(t, newProxier(ipv6, testConfig(), fresh), st, backend.Changes{Reset: true})
+		if diff := cmp.Diff(ourRules(t, fresh), ourRules(t, r)); diff != "" {
+			t.Fatalf("not repaired (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// TestKernelLockWaitIsBounded: with the xtables lock held by someone else,
+// the legacy restore gives up after -w seconds instead of hanging.
+func TestKernelLockWaitIsBounded(t *testing.T) {
+	ns := newNetns(t)
+	r := kernelRunner(t, ns, variants["legacy"], false)
+	r.wait = 1
+	lockFile := strings.TrimPrefix(r.env[0], "XTABLES_LOCKFILE=")
+	f, err := os.OpenFile(lockFile, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = r.restore(ctx, []byte("*nat\n:KPNG-X - [0:0]\nCOMMIT\n"))
+	var re *restoreError
+	if !errors.As(err, &re) || ctx.Err() != nil {
+		t.Fatalf("want a restore error from the lock wait, got %v (ctx %v)", err, ctx.Err())
+	}
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	if err := r.restore(ctx, []byte("*nat\n:KPNG-X - [0:0]\nCOMMIT\n")); err != nil {
+		t.Fatalf("with the lock free: %v", err)
+	}
+}
+
+// TestKernelDetectVariant: the variant holding rules wins.
+func TestKernelDetectVariant(t *testing.T) {
+	ns := newNetns(t)
+	r := kernelRunner(t, ns, variants["legacy"], false)
+	if err := r.restore(context.Background(), []byte("*filter\n-A INPUT -j ACCEPT\n-A OUTPUT -j ACCEPT\nCOMMIT\n")); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	var got variant
+	go func() {
+		runtime.LockOSThread() // discarded with the namespace it joins
+		h, err := netns.GetFromName(ns)
+		if err == nil {
+			err = netns.Set(h)
+			h.Close()
+		}
+		if err == nil {
+			got, err = detectVariant(context.Background())
+		}
+		errc <- err
+	}()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if got.name != "legacy" {
+		t.Fatalf("legacy holds the rules, detected %q", got.name)
+	}
+}
