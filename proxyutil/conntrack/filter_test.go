@@ -1,0 +1,161 @@
+package conntrack
+
+import (
+	"net"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/kpng/kpng/api/localv1"
+	"github.com/kpng/kpng/backend"
+)
+
+func ep(port, ip string, p int32, serving, ready bool) *localv1.Endpoint {
+	proto := localv1.Protocol_UDP
+	if port == "tcp" {
+		proto = localv1.Protocol_TCP
+	}
+	if port == "sctp" {
+		proto = localv1.Protocol_SCTP
+	}
+	return &localv1.Endpoint{PortName: port, Protocol: proto, Ip: ip, Port: p, Serving: serving, Ready: ready}
+}
+
+// testState: one dual-stack-ish set of services.
+//
+//	dns (v4): cluster 10.96.0.10, external 192.0.2.50, LB 203.0.113.7
+//	  port dns  UDP 53 -> 5353, node port 30053, endpoints 10.1.0.1 (ready), 10.1.0.2 (serving, terminating), 10.1.0.3 (not serving)
+//	  port tcp  TCP 53 -> 5353, endpoint 10.1.0.1
+//	  port sctp SCTP 9 -> 99, endpoint 10.1.0.1
+//	empty (v4): cluster 10.96.0.20, UDP port "dns" 53, no serving endpoint, node port 30054
+//	dns6 (v6): cluster fd00::10, UDP 53, endpoint fd01::1:5353
+func testState() *backend.State {
+	st := backend.NewState("n1")
+	v4, v6 := localv1.IPFamily_IPV4, localv1.IPFamily_IPV6
+	st.Services[backend.ServiceKey{Namespace: "ns", Name: "dns", Family: v4}] = &localv1.ServiceEndpoints{
+		Service: &localv1.Service{Namespace: "ns", Name: "dns", Family: v4, ClusterIp: "10.96.0.10",
+			ExternalIps: []string{"192.0.2.50"}, LoadBalancerIps: []string{"203.0.113.7"},
+			Ports: []*localv1.ServicePort{
+				{Name: "dns", Protocol: localv1.Protocol_UDP, Port: 53, NodePort: 30053},
+				{Name: "tcp", Protocol: localv1.Protocol_TCP, Port: 53, NodePort: 30054},
+				{Name: "sctp", Protocol: localv1.Protocol_SCTP, Port: 9},
+			}},
+		Endpoints: []*localv1.Endpoint{
+			ep("dns", "10.1.0.1", 5353, true, true), ep("dns", "10.1.0.2", 5353, true, false), ep("dns", "10.1.0.3", 5353, false, false),
+			ep("sctp", "10.1.0.1", 99, true, true), ep("tcp", "10.1.0.1", 5353, true, true),
+		},
+	}
+	st.Services[backend.ServiceKey{Namespace: "ns", Name: "empty", Family: v4}] = &localv1.ServiceEndpoints{
+		Service: &localv1.Service{Namespace: "ns", Name: "empty", Family: v4, ClusterIp: "10.96.0.20",
+			Ports: []*localv1.ServicePort{{Name: "dns", Protocol: localv1.Protocol_UDP, Port: 53, NodePort: 30055}}},
+		Endpoints: []*localv1.Endpoint{ep("dns", "10.1.0.9", 5353, false, false)},
+	}
+	st.Services[backend.ServiceKey{Namespace: "ns", Name: "dns6", Family: v6}] = &localv1.ServiceEndpoints{
+		Service: &localv1.Service{Namespace: "ns", Name: "dns6", Family: v6, ClusterIp: "fd00::10",
+			Ports: []*localv1.ServicePort{{Name: "dns", Protocol: localv1.Protocol_UDP, Port: 53}}},
+		Endpoints: []*localv1.Endpoint{ep("dns", "fd01::1", 5353, true, true)},
+	}
+	return st
+}
+
+func flow(proto uint8, src string, dst string, dport uint16, replySrc string, sport uint16) *netlink.ConntrackFlow {
+	f := &netlink.ConntrackFlow{}
+	f.Forward = netlink.IPTuple{Protocol: proto, SrcIP: net.ParseIP(src), SrcPort: 40000, DstIP: net.ParseIP(dst), DstPort: dport}
+	f.Reverse = netlink.IPTuple{Protocol: proto, SrcIP: net.ParseIP(replySrc), SrcPort: sport, DstIP: net.ParseIP(src), DstPort: 40000}
+	return f
+}
+
+func TestFilter(t *testing.T) {
+	udp, tcp, sctp := uint8(unix.IPPROTO_UDP), uint8(unix.IPPROTO_TCP), uint8(unix.IPPROTO_SCTP)
+	st := testState()
+	for _, tc := range []struct {
+		name  string
+		flow  *netlink.ConntrackFlow
+		stale bool
+	}{
+		{"cluster IP to a ready endpoint is kept", flow(udp, "10.2.0.1", "10.96.0.10", 53, "10.1.0.1", 5353), false},
+		{"cluster IP to a serving terminating endpoint is kept", flow(udp, "10.2.0.1", "10.96.0.10", 53, "10.1.0.2", 5353), false},
+		{"cluster IP to a non-serving endpoint is stale", flow(udp, "10.2.0.1", "10.96.0.10", 53, "10.1.0.3", 5353), true},
+		{"cluster IP to a gone endpoint is stale", flow(udp, "10.2.0.1", "10.96.0.10", 53, "10.1.0.99", 5353), true},
+		{"right IP, wrong target port is stale", flow(udp, "10.2.0.1", "10.96.0.10", 53, "10.1.0.1", 5354), true},
+		{"external IP to a gone endpoint is stale", flow(udp, "198.51.100.1", "192.0.2.50", 53, "10.1.0.99", 5353), true},
+		{"load-balancer IP to a gone endpoint is stale", flow(udp, "198.51.100.1", "203.0.113.7", 53, "10.1.0.99", 5353), true},
+		{"load-balancer IP to a ready endpoint is kept", flow(udp, "198.51.100.1", "203.0.113.7", 53, "10.1.0.1", 5353), false},
+		{"node port on any address to a gone endpoint is stale", flow(udp, "198.51.100.1", "192.0.2.10", 30053, "10.1.0.99", 5353), true},
+		{"node port to a ready endpoint is kept", flow(udp, "198.51.100.1", "192.0.2.10", 30053, "10.1.0.1", 5353), false},
+		{"TCP is never touched", flow(tcp, "10.2.0.1", "10.96.0.10", 53, "10.1.0.99", 5353), false},
+		{"a TCP node port is never touched", flow(tcp, "10.2.0.1", "192.0.2.10", 30054, "10.1.0.99", 5353), false},
+		{"SCTP is not touched by default", flow(sctp, "10.2.0.1", "10.96.0.10", 9, "10.1.0.99", 99), false},
+		{"a service port without serving endpoints is left alone", flow(udp, "10.2.0.1", "10.96.0.20", 53, "10.1.0.9", 5353), false},
+		{"its node port too", flow(udp, "10.2.0.1", "192.0.2.10", 30055, "10.1.0.9", 5353), false},
+		{"an unrelated flow is kept", flow(udp, "10.2.0.1", "10.3.0.1", 53, "10.3.0.1", 53), false},
+		{"a service port not in the service is kept", flow(udp, "10.2.0.1", "10.96.0.10", 54, "10.1.0.99", 5353), false},
+		{"another family's service is not this filter's", flow(udp, "fd02::1", "fd00::10", 53, "fd01::99", 5353), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := NewFilter(st, localv1.IPFamily_IPV4, false)
+			if got := f.MatchConntrackFlow(tc.flow); got != tc.stale {
+				t.Errorf("stale = %v, want %v (%s)", got, tc.stale, tc.flow)
+			}
+		})
+	}
+
+	v6 := NewFilter(st, localv1.IPFamily_IPV6, false)
+	if !v6.MatchConntrackFlow(flow(udp, "fd02::1", "fd00::10", 53, "fd01::99", 5353)) {
+		t.Errorf("IPv6: a flow to a gone endpoint is not stale")
+	}
+	if v6.MatchConntrackFlow(flow(udp, "fd02::1", "fd00::10", 53, "fd01::1", 5353)) {
+		t.Errorf("IPv6: a flow to the endpoint is stale")
+	}
+
+	withSCTP := NewFilter(st, localv1.IPFamily_IPV4, true)
+	if !withSCTP.MatchConntrackFlow(flow(sctp, "10.2.0.1", "10.96.0.10", 9, "10.1.0.99", 99)) {
+		t.Errorf("with SCTP: a flow to a gone endpoint is not stale")
+	}
+	if withSCTP.MatchConntrackFlow(flow(sctp, "10.2.0.1", "10.96.0.10", 9, "10.1.0.1", 99)) {
+		t.Errorf("with SCTP: a flow to the endpoint is stale")
+	}
+	if withSCTP.MatchConntrackFlow(flow(udp, "10.2.0.1", "10.96.0.10", 9, "10.1.0.99", 99)) {
+		t.Errorf("with SCTP: the SCTP port matched a UDP flow")
+	}
+}
+
+func TestFilterEmpty(t *testing.T) {
+	if !NewFilter(backend.NewState("n1"), localv1.IPFamily_IPV4, false).Empty() {
+		t.Errorf("no services: not empty")
+	}
+	if NewFilter(testState(), localv1.IPFamily_IPV4, false).Empty() {
+		t.Errorf("UDP services: empty")
+	}
+}
+
+func TestNeedsCleanup(t *testing.T) {
+	st := testState()
+	v4, v6 := localv1.IPFamily_IPV4, localv1.IPFamily_IPV6
+	dns := backend.ServiceKey{Namespace: "ns", Name: "dns", Family: v4}
+	dns6 := backend.ServiceKey{Namespace: "ns", Name: "dns6", Family: v6}
+	st.Services[backend.ServiceKey{Namespace: "ns", Name: "web", Family: v4}] = &localv1.ServiceEndpoints{
+		Service: &localv1.Service{Namespace: "ns", Name: "web", Family: v4, Ports: []*localv1.ServicePort{{Protocol: localv1.Protocol_TCP, Port: 80}}},
+	}
+	web := backend.ServiceKey{Namespace: "ns", Name: "web", Family: v4}
+	for _, tc := range []struct {
+		name   string
+		family localv1.IPFamily
+		ch     backend.Changes
+		want   bool
+	}{
+		{"reset", v4, backend.Changes{Reset: true}, true},
+		{"a UDP service changed", v4, backend.Changes{Set: []backend.ServiceKey{web, dns}}, true},
+		{"only a TCP service changed", v4, backend.Changes{Set: []backend.ServiceKey{web}}, false},
+		{"a UDP service of the other family changed", v4, backend.Changes{Set: []backend.ServiceKey{dns6}}, false},
+		{"a deletion", v4, backend.Changes{Deleted: []backend.ServiceKey{dns}}, false},
+		{"a periodic resync", v6, backend.Changes{Resync: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := NeedsCleanup(tc.family, st, tc.ch, false); got != tc.want {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
