@@ -219,3 +219,21 @@ func richServices() []*localv1.ServiceEndpoints {
 			ep("https", tcp, "fd01:2::6", 8443, "cluster")),
 	}
 }
+
+// ops is the number of operations of the last sync, all tables.
+func ops(b *Backend) int {
+	n := 0
+	for _, s := range b.Last {
+		n += s.Operations
+	}
+	return n
+}
+
+
+// sorted returns a dump's lines sorted: the fake lists elements in the order
+// they were added, which a repair changes.
+func sorted(d string) string {
+	l := strings.Split(strings.TrimSpace(d), "\n")
+	slices.Sort(l)
+	return strings.Join(l, "\n")
+}

@@ -95,15 +95,6 @@ func realFixture(t *testing.T) *fixture {
 	return f
 }
 
-// ops is the number of operations of the last sync, all tables.
-func ops(b *Backend) int {
-	n := 0
-	for _, s := range b.Last {
-		n += s.Operations
-	}
-	return n
-}
-
 // TestKernel runs the backend against real nftables in a namespace of its
 // own: the kernel accepts every kind of rule we write, what we read back
 // matches what we wrote, a restart reconciles without rewriting, and a

@@ -1,0 +1,284 @@
+package nft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/kpng/kpng/api/localv1"
+	"github.com/kpng/kpng/backend"
+)
+
+// many returns n ClusterIP services of 2 endpoints each.
+func many(n int) []*localv1.ServiceEndpoints {
+	var out []*localv1.ServiceEndpoints
+	for i := range n {
+		out = append(out, service("bulk", fmt.Sprintf("svc-%d", i), fmt.Sprintf("10.96.%d.%d", i/250, i%250+1),
+			port("p", tcp, 80, 0, true),
+			ep("p", tcp, fmt.Sprintf("10.1.%d.%d", i/250, i%250+1), 8080, "cluster"),
+			ep("p", tcp, fmt.Sprintf("10.2.%d.%d", i/250, i%250+1), 8080, "cluster")))
+	}
+	return out
+}
+
+// TestOneEndpointChangeWritesOnlyThatService: among 100 services, an
+// endpoint change rewrites only the one chain that lists the endpoints.
+func TestOneEndpointChangeWritesOnlyThatService(t *testing.T) {
+	f := newFixture(t, testConfig())
+	svcs := many(100)
+	f.set(svcs...)
+
+	changed := service("bulk", "svc-42", "10.96.0.43", port("p", tcp, 80, 0, true),
+		ep("p", tcp, "10.1.0.43", 8080, "cluster"), ep("p", tcp, "10.3.0.43", 8080, "cluster"))
+	f.set(changed)
+	want := []string{
+		"add rule ip kpng service-663T5ROZ-bulk/svc-42/tcp/p meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.1.0.43 . 8080, 1 : 10.3.0.43 . 8080 }",
+		"flush chain ip kpng service-663T5ROZ-bulk/svc-42/tcp/p",
+	}
+	if got := txLines(f.fake4); !slices.Equal(got, want) {
+		t.Errorf("transaction:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if f.fake6.LastTransaction != nil && f.fake6.LastTransaction.NumOperations() > 0 && len(f.b.Last) > 1 && f.b.Last[1].Operations > 0 {
+		t.Errorf("the IPv6 table was written: %+v", f.b.Last[1])
+	}
+
+	// The same state again: nothing to write at all.
+	before := f.fake4.LastTransaction
+	f.set(changed)
+	if f.fake4.LastTransaction != before {
+		t.Errorf("an unchanged service ran a transaction: %s", f.fake4.LastTransaction)
+	}
+}
+
+// TestEndpointsGoAndComeBack: the last endpoint going turns the service into
+// a reject entry; its chain is emptied then deleted; coming back restores it.
+func TestEndpointsGoAndComeBack(t *testing.T) {
+	f := newFixture(t, testConfig())
+	web := service("ns", "web", "10.96.0.5", port("http", tcp, 80, 0, true), ep("http", tcp, "10.0.2.5", 8080, "cluster"))
+	f.set(web)
+	full := dump(f.fake4)
+
+	f.set(service("ns", "web", "10.96.0.5", port("http", tcp, 80, 0, false)))
+	want := []string{
+		`add element ip kpng no-endpoint-services { 10.96.0.5 . tcp . 80 comment "ns/web:http" : goto reject-chain }`,
+		"delete element ip kpng service-ips { 10.96.0.5 . tcp . 80 }",
+		"flush chain ip kpng service-Y6QD5CCT-ns/web/tcp/http",
+	}
+	if got := txLines(f.fake4); !slices.Equal(got, want) {
+		t.Errorf("transaction:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	// Not yet due: no deletion. Then due: one transaction deletes it.
+	f.sync(backend.Changes{})
+	if _, ok := f.fake4.Table.Chains["service-Y6QD5CCT-ns/web/tcp/http"]; !ok {
+		t.Fatal("the chain was deleted before staleDelay")
+	}
+	f.clock = f.clock.Add(staleDelay)
+	f.sync(backend.Changes{})
+	if got, want := txLines(f.fake4), []string{"delete chain ip kpng service-Y6QD5CCT-ns/web/tcp/http"}; !slices.Equal(got, want) {
+		t.Errorf("stale deletion:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	f.set(web)
+	if got := dump(f.fake4); sorted(got) != sorted(full) {
+		t.Errorf("after the endpoint came back the table differs:\n%s", linesNotIn(got, full))
+	}
+}
+
+// TestStaleChainWantedAgain: a chain emptied and wanted again before it was
+// deleted is simply refilled.
+func TestStaleChainWantedAgain(t *testing.T) {
+	f := newFixture(t, testConfig())
+	web := service("ns", "web", "10.96.0.5", port("http", tcp, 80, 0, true), ep("http", tcp, "10.0.2.5", 8080, "cluster"))
+	f.set(web)
+	full := dump(f.fake4)
+	f.del(backend.KeyOf(web))
+	f.set(web)
+	f.clock = f.clock.Add(staleDelay)
+	f.sync(backend.Changes{})
+	if got := dump(f.fake4); sorted(got) != sorted(full) {
+		t.Errorf("table differs:\n%s", linesNotIn(got, full))
+	}
+}
+
+// TestSharedElements: two services with the same pod port share its hairpin
+// element; it stays while either wants it.
+func TestSharedElements(t *testing.T) {
+	f := newFixture(t, testConfig())
+	a := service("ns", "a", "10.96.0.5", port("", tcp, 80, 0, true), ep("", tcp, "10.0.1.5", 8080, "cluster", "here"))
+	b := service("ns", "b", "10.96.0.6", port("", tcp, 80, 0, true), ep("", tcp, "10.0.1.5", 8080, "cluster", "here"))
+	f.set(a, b)
+	f.del(backend.KeyOf(a))
+	if f.fake4.Table.Sets[hairpinConnectionsSet].FindElement("10.0.1.5", "10.0.1.5", "tcp", "8080") == nil {
+		t.Fatal("the hairpin element went with the first service while the second still uses it")
+	}
+	f.del(backend.KeyOf(b))
+	if f.fake4.Table.Sets[hairpinConnectionsSet].FindElement("10.0.1.5", "10.0.1.5", "tcp", "8080") != nil {
+		t.Fatal("the hairpin element outlived both services")
+	}
+}
+
+// TestAffinityTimeoutChange: the affinity sets are recreated with the new
+// timeout, after the rules using them are flushed.
+func TestAffinityTimeoutChange(t *testing.T) {
+	f := newFixture(t, testConfig())
+	sticky := richServices()[3]
+	f.set(sticky)
+	changed := richServices()[3]
+	changed.Service.ClientIpAffinitySeconds = 60
+	f.set(changed)
+	for name, s := range f.fake4.Table.Sets {
+		if strings.HasPrefix(name, affinitySetPrefix) && (s.Timeout == nil || s.Timeout.Seconds() != 60) {
+			t.Errorf("set %s: timeout %v, want 60s", name, s.Timeout)
+		}
+	}
+}
+
+// TestRestartReconciles: a new backend on an up-to-date table writes
+// nothing; on a table missing a change made while it was down, it writes
+// only that change.
+func TestRestartReconciles(t *testing.T) {
+	f := newFixture(t, testConfig())
+	f.set(richServices()...)
+	f.set(many(20)...)
+
+	restart := func() *fixture {
+		g := newFixture(t, testConfig())
+		g.fake4, g.fake6 = f.fake4, f.fake6
+		g.b = NewBackend(testConfig(), newTable(ipv4, f.fake4, fakeReader(f.fake4)), newTable(ipv6, f.fake6, fakeReader(f.fake6)))
+		g.b.now, g.b.interfaceAddrs = f.b.now, f.b.interfaceAddrs
+		g.state = f.state
+		return g
+	}
+	g := restart()
+	before := f.fake4.LastTransaction
+	g.sync(backend.Changes{})
+	if f.fake4.LastTransaction != before || ops(g.b) != 0 {
+		t.Fatalf("a restart rewrote an up-to-date table: %v", g.b.Last)
+	}
+
+	// While down: one service deleted, one endpoint changed.
+	delete(f.state.Services, backend.KeyOf(many(20)[3]))
+	se := many(20)[7]
+	se.Endpoints = se.Endpoints[:1]
+	f.state.Services[backend.KeyOf(se)] = se
+	g = restart()
+	g.sync(backend.Changes{})
+	got := txLines(f.fake4)
+	want := []string{
+		"add rule ip kpng service-DTT4EMGH-bulk/svc-7/tcp/p meta l4proto tcp dnat ip addr . port to numgen random mod 1 map { 0 : 10.1.0.8 . 8080 }",
+		`add table ip kpng { comment "rules for kpng" ; }`,
+		"delete element ip kpng cluster-ips { 10.96.0.4 }",
+		"delete element ip kpng service-ips { 10.96.0.4 . tcp . 80 }",
+		"flush chain ip kpng service-DTT4EMGH-bulk/svc-7/tcp/p",
+		"flush chain ip kpng service-ZVSJ32VG-bulk/svc-3/tcp/p",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("restart transaction:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestResyncRepairs: what is changed behind our back is put back by the
+// periodic resync, and only that.
+func TestResyncRepairs(t *testing.T) {
+	f := newFixture(t, testConfig())
+	f.set(richServices()...)
+	want := dump(f.fake4)
+
+	tx := f.fake4.NewTransaction()
+	tx.Flush(&knftables.Chain{Name: servicesChain})
+	tx.Delete(&knftables.Element{Set: clusterIPsSet, Key: []string{"10.96.0.5"}})
+	tx.Add(&knftables.Element{Map: serviceIPsMap, Key: []string{"10.96.9.9", "tcp", "80"}, Value: []string{"drop"}})
+	tx.Add(&knftables.Chain{Name: "intruder"})
+	tx.Add(&knftables.Rule{Chain: masqueradingChain, Rule: "counter"})
+	if err := f.fake4.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	f.sync(backend.Changes{Resync: true})
+	f.clock = f.clock.Add(staleDelay)
+	f.sync(backend.Changes{})
+	if got := dump(f.fake4); sorted(got) != sorted(want) {
+		t.Errorf("after repair the table differs:\n%s\nwant:\n%s", got, want)
+	}
+	f.sync(backend.Changes{Resync: true})
+	if n := ops(f.b); n != 0 {
+		t.Errorf("a second resync wrote %d operations", n)
+	}
+
+	// The table deleted: rebuilt whole.
+	if err := deleteTable(context.Background(), f.fake4); err != nil {
+		t.Fatal(err)
+	}
+	f.sync(backend.Changes{Resync: true})
+	if got := dump(f.fake4); sorted(got) != sorted(want) {
+		t.Errorf("after rebuild the table differs:\n+%s\n-%s", linesNotIn(got, want), linesNotIn(want, got))
+	}
+}
+
+// failing fails its next Run, as the kernel would refuse a transaction.
+type failing struct {
+	*knftables.Fake
+	fail bool
+}
+
+func (f *failing) Run(ctx context.Context, tx *knftables.Transaction) error {
+	if f.fail {
+		f.fail = false
+		return errors.New("injected failure")
+	}
+	return f.Fake.Run(ctx, tx)
+}
+
+// TestFailedTransactionKeepsMirror: a failed sync changes nothing we
+// remember; the driver's next call (Reset) converges.
+func TestFailedTransactionKeepsMirror(t *testing.T) {
+	f := newFixture(t, testConfig())
+	fl := &failing{Fake: f.fake4}
+	f.b.tables[0] = newTable(ipv4, fl, fakeReader(f.fake4))
+	f.set(richServices()[:2]...)
+	before := dump(f.fake4)
+	mirror := fmt.Sprint(len(f.b.tables[0].chains), len(f.b.tables[0].elems), len(f.b.tables[0].parts))
+
+	fl.fail = true
+	se := richServices()[3]
+	f.state.Services[backend.KeyOf(se)] = se
+	if err := f.b.Sync(context.Background(), f.state, backend.Changes{Set: []backend.ServiceKey{backend.KeyOf(se)}}); err == nil {
+		t.Fatal("Sync succeeded with a failing transaction")
+	}
+	if got := dump(f.fake4); got != before {
+		t.Fatal("the failed transaction changed the table")
+	}
+	if got := fmt.Sprint(len(f.b.tables[0].chains), len(f.b.tables[0].elems), len(f.b.tables[0].parts)); got != mirror {
+		t.Errorf("the mirror changed after a failure: %s, was %s", got, mirror)
+	}
+	f.sync(backend.Changes{Reset: true})
+	if f.fake4.Table.Chains["service-OALSTAW3-ns/sticky/tcp/"] == nil {
+		t.Error("the retried sync did not write the service")
+	}
+}
+
+// TestNodeChange: the node's primary IP moves: node ports and the firewall's
+// node exception follow.
+func TestNodeChange(t *testing.T) {
+	f := newFixture(t, testConfig())
+	f.set(richServices()[1])
+	f.state.Node = &localv1.Node{Name: "node-a", Addresses: []string{"192.168.5.10"}}
+	f.sync(backend.Changes{NodeChanged: true})
+	d := dump(f.fake4)
+	for _, l := range []string{
+		"add element ip kpng nodeport-ips { 192.168.5.10 }",
+		"add rule ip kpng firewall-XI5Y37DP-ns/lb/tcp/https ip saddr != { 192.168.0.0/24, 203.0.113.0/24 } drop",
+	} {
+		if !strings.Contains(d, l+"\n") {
+			t.Errorf("missing %q", l)
+		}
+	}
+	if strings.Contains(d, "nodeport-ips { 192.168.0.10 }") {
+		t.Error("the old node IP still accepts node ports")
+	}
+}
