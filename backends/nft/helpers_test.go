@@ -229,7 +229,6 @@ func ops(b *Backend) int {
 	return n
 }
 
-
 // sorted returns a dump's lines sorted: the fake lists elements in the order
 // they were added, which a repair changes.
 func sorted(d string) string {
