@@ -16,13 +16,17 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
+	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/proxyutil/conntrack"
+	"github.com/kpng/kpng/proxyutil/healthcheck"
+	"github.com/kpng/kpng/proxyutil/metrics"
+	"github.com/kpng/kpng/proxyutil/sysctl"
 )
 
 func init() {
@@ -36,6 +40,8 @@ func init() {
 // Plugin is the to-iptables command: flags, then a Backend.
 type Plugin struct {
 	Config Config
+	// opts are the driver hooks Open prepared (metrics, health, conntrack).
+	opts backend.Options
 }
 
 // BindFlags implements backend.Plugin.
@@ -43,7 +49,9 @@ func (p *Plugin) BindFlags(fs *pflag.FlagSet) { p.Config.BindFlags(fs) }
 
 // RunOptions implements backend.Tuner.
 func (p *Plugin) RunOptions() backend.Options {
-	return backend.Options{MinSyncPeriod: p.Config.MinSyncPeriod, ResyncPeriod: p.Config.SyncPeriod}
+	o := p.opts
+	o.MinSyncPeriod, o.ResyncPeriod = p.Config.MinSyncPeriod, p.Config.SyncPeriod
+	return o
 }
 
 // Open implements backend.Plugin.
@@ -89,19 +97,84 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, er
 			}
 			if px.localhostNodePorts {
 				log.Info("Setting route_localnet=1 to allow node ports on localhost; disable with --localhost-nodeports=false or --nodeport-addresses")
-				if err := writeSysctl("net/ipv4/conf/all/route_localnet", "1"); err != nil {
+				if _, err := sysctl.Ensure("net/ipv4/conf/all/route_localnet", 1); err != nil {
 					return nil, err
 				}
 			}
 		}
-		if v, err := readSysctl("net/netfilter/nf_conntrack_tcp_be_liberal"); err == nil && v != "0" {
+		if v, err := sysctl.GetInt("net/netfilter/nf_conntrack_tcp_be_liberal"); err == nil && v != 0 {
 			log.Info("nf_conntrack_tcp_be_liberal set, not dropping INVALID packets")
 			for _, px := range b.proxiers {
 				px.dropInvalid = false
 			}
 		}
 	}
+	if err := p.startHelpers(ctx, b); err != nil {
+		return nil, err
+	}
 	return b, nil
+}
+
+// startHelpers starts what runs beside the rules, as kube-proxy does: the
+// metrics recorder and server, the /healthz server and the service
+// health-check listeners, and the stale UDP conntrack cleaners. Servers stop
+// when ctx ends.
+func (p *Plugin) startHelpers(ctx context.Context, b *Backend) error {
+	cfg := &p.Config
+	var families []localv1.IPFamily
+	for _, px := range b.proxiers {
+		families = append(families, px.family)
+	}
+	rec := metrics.NewRecorder(metrics.ModeIPTables, families...)
+	onQueued := []func(*backend.State, backend.Changes){rec.OnQueued}
+	onSync := []func(backend.SyncResult){rec.OnSync}
+	var health healthcheck.HealthChecker
+	if cfg.HealthzBindAddress != "" {
+		hz := healthcheck.NewProxyHealthServer(cfg.HealthzBindAddress, 2*cfg.SyncPeriod, families...)
+		ln, err := hz.Listen()
+		if err != nil {
+			return err
+		}
+		go func() {
+			if err := hz.Serve(ctx, ln); err != nil {
+				klog.FromContext(ctx).Error(err, "Health server stopped")
+			}
+		}()
+		onQueued = append(onQueued, hz.OnQueued)
+		onSync = append(onSync, hz.OnSync)
+		health = hz
+	}
+	svc := healthcheck.NewServiceHealthServer(healthcheck.ServiceOptions{NodePortAddresses: cfg.NodePortAddresses, Proxy: health})
+	context.AfterFunc(ctx, svc.Close)
+	onSync = append(onSync, svc.OnSync)
+	if cfg.MetricsBindAddress != "" {
+		srv := &metrics.Server{Addr: cfg.MetricsBindAddress, ProxyMode: metrics.ModeIPTables}
+		ln, err := srv.Listen()
+		if err != nil {
+			return err
+		}
+		go func() {
+			if err := srv.Serve(ctx, ln); err != nil {
+				klog.FromContext(ctx).Error(err, "Metrics server stopped")
+			}
+		}()
+	}
+	if !cfg.DryRun {
+		for _, f := range families {
+			onSync = append(onSync, conntrack.NewCleaner(f).OnSync)
+		}
+	}
+	p.opts.OnQueued = func(st *backend.State, ch backend.Changes) {
+		for _, f := range onQueued {
+			f(st, ch)
+		}
+	}
+	p.opts.OnSync = func(r backend.SyncResult) {
+		for _, f := range onSync {
+			f(r)
+		}
+	}
+	return nil
 }
 
 func chooseVariant(ctx context.Context, mode string) (variant, error) {
@@ -155,26 +228,26 @@ type Backend struct {
 func (b *Backend) Sync(ctx context.Context, state *backend.State, changes backend.Changes) error {
 	var errs []error
 	for _, p := range b.proxiers {
-		if _, err := p.sync(ctx, state, changes); err != nil {
+		res, err := p.sync(ctx, state, changes)
+		fam := metrics.FamilyLabel(p.family)
+		if res.partialFailed {
+			metrics.IPTablesPartialRestoreFailuresTotal.WithLabelValues(fam).Inc()
+			if err == nil {
+				// The failure was repaired by a full sync within this call,
+				// so the driver's recorder does not see it.
+				metrics.IPTablesRestoreFailuresTotal.WithLabelValues(fam).Inc()
+			}
+		}
+		if err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		if res.wrote {
+			for _, tbl := range []string{"filter", "nat"} {
+				metrics.IPTablesRulesTotal.WithLabelValues(tbl, fam).Set(float64(res.rules[tbl]))
+				metrics.IPTablesRulesLastSync.WithLabelValues(tbl, fam).Set(float64(res.written[tbl]))
+			}
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func sysctlPath(key string) string { return "/proc/sys/" + strings.TrimPrefix(key, "/") }
-
-func writeSysctl(key, value string) error {
-	if cur, err := readSysctl(key); err == nil && cur == value {
-		return nil
-	}
-	if err := os.WriteFile(sysctlPath(key), []byte(value), 0o644); err != nil {
-		return fmt.Errorf("sysctl %s=%s: %w", key, value, err)
-	}
-	return nil
-}
-
-func readSysctl(key string) (string, error) {
-	b, err := os.ReadFile(sysctlPath(key))
-	return strings.TrimSpace(string(b)), err
 }

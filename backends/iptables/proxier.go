@@ -52,9 +52,11 @@ type syncResult struct {
 	partialFailed bool
 	restoreFailed bool
 	bytes         int // restore input size
-	rules         map[string]int
-	noLocal       [2]int // internal, external
-	wrote         bool   // a restore ran
+	// rules are the rules kpng owns per table after the sync; written
+	// those the sync wrote.
+	rules, written map[string]int
+	noLocal        [2]int // internal, external
+	wrote          bool   // a restore ran
 }
 
 func newProxier(ipv6 bool, cfg *Config, run runner) *proxier {
@@ -214,8 +216,7 @@ func (p *proxier) fullSync(ctx context.Context, state *backend.State) (syncResul
 		}
 		b.WriteString("COMMIT\n")
 	}
-	res.bytes = b.Len()
-	res.wrote = true
+	res.bytes, res.wrote, res.written = b.Len(), true, countWritten(b.Bytes())
 	if err := p.run.restore(ctx, b.Bytes()); err != nil {
 		p.needFull = true
 		res.restoreFailed = true
@@ -443,8 +444,7 @@ func (p *proxier) partialSync(ctx context.Context, state *backend.State, changes
 		}
 		b.WriteString("COMMIT\n")
 	}
-	res.bytes = b.Len()
-	res.wrote = true
+	res.bytes, res.wrote, res.written = b.Len(), true, countWritten(b.Bytes())
 	if err := p.run.restore(ctx, b.Bytes()); err != nil {
 		p.needFull = true
 		res.restoreFailed = true
@@ -466,11 +466,33 @@ func (p *proxier) partialSync(ctx context.Context, state *backend.State, changes
 	return res, nil
 }
 
+// countWritten counts the rules ("-A" lines) of restore input per table.
+func countWritten(in []byte) map[string]int {
+	out := map[string]int{}
+	filter, nat, _ := bytes.Cut(in, []byte("*nat\n"))
+	out["filter"] = bytes.Count(filter, []byte("\n-A "))
+	out["nat"] = bytes.Count(nat, []byte("\n-A "))
+	if bytes.HasPrefix(nat, []byte("-A ")) {
+		out["nat"]++
+	}
+	return out
+}
+
 // counts returns the rules per table and the services without local
 // endpoints, from the record.
 func (p *proxier) counts() (map[string]int, [2]int) {
 	rules := map[string]int{}
 	var noLocal [2]int
+	// The fixed chains and the shared chains' tails.
+	var fixed bytes.Buffer
+	p.writeFixed(&fixed, "filter")
+	p.writeShared(&fixed, filterServices, nil, nil)
+	p.writeShared(&fixed, filterClusterIPs, nil, nil)
+	rules["filter"] = bytes.Count(fixed.Bytes(), []byte{'\n'})
+	fixed.Reset()
+	p.writeFixed(&fixed, "nat")
+	p.writeShared(&fixed, natServices, nil, nil)
+	rules["nat"] = bytes.Count(fixed.Bytes(), []byte{'\n'})
 	for _, r := range p.services {
 		rules["nat"] += r.rules("nat")
 		rules["filter"] += r.rules("filter")
