@@ -174,8 +174,19 @@ func (n *Node) Start(t testing.TB, argv ...string) *Process {
 // within or if the run exits first. It wakes on every write, not on a timer.
 func (p *Process) WaitOutput(t testing.TB, substr string, within time.Duration) {
 	t.Helper()
+	p.WaitOutputSince(t, 0, substr, within)
+}
+
+// Mark returns the current end of the process's output, for
+// WaitOutputSince: take it before causing what should be logged.
+func (p *Process) Mark() int { return p.out.len() }
+
+// WaitOutputSince is WaitOutput for output printed after mark (see Mark),
+// e.g. the sync that follows a change of the cluster state.
+func (p *Process) WaitOutputSince(t testing.TB, mark int, substr string, within time.Duration) {
+	t.Helper()
 	p.mu.Lock()
-	from, done := p.from, p.done
+	from, done := max(p.from, mark), p.done
 	p.mu.Unlock()
 	timeout := time.After(within)
 	for {

@@ -1,0 +1,574 @@
+//go:build e2e
+
+package services
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kpng/kpng/test/e2e/netlab"
+)
+
+// Addresses outside the lab's networks, routed by the external client to
+// node-1 as a router or cloud load balancer would.
+var (
+	externalIPs = []string{"203.0.113.10", "2001:db8::10"}
+	lbIPs       = []string{"203.0.113.20", "2001:db8::20"}
+	lbLocalIPs  = []string{"203.0.113.21", "2001:db8::21"}
+)
+
+// Node ports and health-check node ports of the services.
+const (
+	npCluster  = 30080
+	npLocal    = 30081
+	npLB       = 30082
+	npLBLocal  = 30083
+	hcLBLocal  = 32001
+	targetPort = 8080
+)
+
+// services are the services of the shared cluster, by name.
+type services map[string]*corev1.Service
+
+// defaultServices states every service of the shared cluster; each test uses
+// its own, so tests do not disturb each other.
+func defaultServices(svcs services) func(l *netlab.Lab, s *netlab.State) {
+	return func(l *netlab.Lab, s *netlab.State) {
+		a, b, c := l.Pod("pod-a"), l.Pod("pod-b"), l.Pod("pod-c")
+		add := func(name string, eps []netlab.Endpoint, ports ...corev1.ServicePort) *corev1.Service {
+			if len(ports) == 0 {
+				ports = []corev1.ServicePort{netlab.TCPPort("tcp", 80, targetPort), netlab.UDPPort("udp", 80, targetPort)}
+			}
+			svc := s.AddService(name, ports...)
+			s.SetEndpoints(svc, eps...)
+			svcs[name] = svc
+			return svc
+		}
+		add("web", netlab.Ready(b, c))
+		add("no-endpoints", nil)
+
+		np := add("np", netlab.Ready(a, c))
+		nodePorts(np, npCluster)
+		npl := add("np-local", netlab.Ready(a, c))
+		nodePorts(npl, npLocal)
+		npl.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+
+		ext := add("external-ips", netlab.Ready(b, c))
+		ext.Spec.ExternalIPs = externalIPs
+
+		lb := add("lb", netlab.Ready(c))
+		loadBalancer(lb, npLB, lbIPs)
+		lb.Spec.LoadBalancerSourceRanges = []string{netlab.ExternalV4.String() + "/32", netlab.ExternalV6.String() + "/128"}
+
+		lbl := add("lb-local", netlab.Ready(a))
+		loadBalancer(lbl, npLBLocal, lbLocalIPs)
+		lbl.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		lbl.Spec.HealthCheckNodePort = hcLBLocal
+
+		aff := add("affinity", netlab.Ready(a, b, c))
+		aff.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+		aff.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr(int32(300))}}
+
+		add("hairpin", netlab.Ready(a))
+		add("terminating", netlab.Terminating(b))
+		add("terminating-and-ready", append(netlab.Ready(c), netlab.Terminating(b)...))
+		add("changes", netlab.Ready(a))
+		add("udp-conntrack", netlab.Ready(b))
+		add("restart", netlab.Ready(c))
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// nodePorts makes svc a NodePort service, each of its ports on nodePort.
+func nodePorts(svc *corev1.Service, nodePort int) {
+	svc.Spec.Type = corev1.ServiceTypeNodePort
+	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+	for i := range svc.Spec.Ports {
+		svc.Spec.Ports[i].NodePort = int32(nodePort)
+	}
+}
+
+// loadBalancer makes svc a LoadBalancer service with ingress IPs ips.
+func loadBalancer(svc *corev1.Service, nodePort int, ips []string) {
+	nodePorts(svc, nodePort)
+	svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+	for _, ip := range ips {
+		svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+	}
+}
+
+// addrOf returns the address of family fam among ips.
+func addrOf(ips []string, fam int, port int) netip.AddrPort {
+	for _, s := range ips {
+		if a := netip.MustParseAddr(s); a.Is4() == (fam == 4) {
+			return netip.AddrPortFrom(a, uint16(port))
+		}
+	}
+	panic(fmt.Sprintf("no IPv%d address in %v", fam, ips))
+}
+
+// routeViaNode1 makes the external client send traffic for external and
+// load-balancer IPs to node-1, as the network in front of a cluster does.
+func routeViaNode1(t *testing.T, c *cluster) {
+	t.Helper()
+	n1 := c.node("node-1")
+	for _, r := range [][]string{
+		{"ip", "route", "add", "203.0.113.0/24", "via", n1.IPv4.String()},
+		{"ip", "-6", "route", "add", "2001:db8::/64", "via", n1.IPv6.String()},
+	} {
+		if _, err := c.lab.External.Run(r...); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestServices runs the service semantics on one cluster per backend, every
+// service stated up front and each subtest using its own.
+func TestServices(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b netlab.Backend) {
+		svcs := services{}
+		c := startCluster(t, b, defaultConfig(), defaultServices(svcs))
+		routeViaNode1(t, c)
+		podA, podB, podC := c.pod("pod-a"), c.pod("pod-b"), c.pod("pod-c")
+		n1, n2 := c.node("node-1"), c.node("node-2")
+		ext := c.lab.External
+		if !n1.BrNetfilter {
+			t.Fatal("the kernel lacks br_netfilter: a pod cannot reach a same-node endpoint through a service; load br_netfilter")
+		}
+
+		t.Run("ClusterIP", func(t *testing.T) {
+			web := svcs["web"]
+			for _, fam := range families {
+				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
+					for _, client := range []*netlab.Host{&podA.Host, &n1.Host, &podC.Host} {
+						t.Run(fmt.Sprintf("%s/%s/from-%s", ipv(fam), proto, client.Name), func(t *testing.T) {
+							dial := dialer(client, proto, netlab.ClusterIP(web, fam, 80), answerTimeout)
+							netlab.Eventually(t, settle, dial, netlab.Answered())
+							expectSpread(t, 40, dial, "pod-b", "pod-c")
+						})
+					}
+				}
+			}
+		})
+
+		t.Run("ClusterIP/pod-source-preserved", func(t *testing.T) {
+			// Detect-local by cluster CIDR: traffic from a pod is not
+			// masqueraded, to a same-node or a remote endpoint.
+			for _, fam := range families {
+				dial := dialer(&podA.Host, netlab.TCP, netlab.ClusterIP(svcs["web"], fam, 80), answerTimeout)
+				for range 20 {
+					if r := dial(); r.Outcome != netlab.OK || r.Peer.Addr() != podA.Addr(fam) {
+						t.Fatalf("%s: %v; want pod-a's own address %s", ipv(fam), r, podA.Addr(fam))
+					}
+				}
+			}
+		})
+
+		t.Run("ClusterIP/node-source-masqueraded", func(t *testing.T) {
+			// From the node itself (not in the cluster CIDR) to a same-node
+			// endpoint: masqueraded to the bridge address, so the reply
+			// comes back through the node's conntrack.
+			for _, fam := range families {
+				r := netlab.Eventually(t, settle, dialer(&n1.Host, netlab.TCP, netlab.ClusterIP(svcs["hairpin"], fam, 80), answerTimeout), netlab.Answered("pod-a"))
+				if gw := gateway(n1, fam); r.Peer.Addr() != gw {
+					t.Errorf("%s: pod-a saw %s; want the masqueraded bridge address %s", ipv(fam), r.Peer, gw)
+				}
+			}
+		})
+
+		t.Run("ClusterIP/unknown-port-refused", func(t *testing.T) {
+			for _, fam := range families {
+				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
+					expectOnly(t, 5, dialer(&podA.Host, proto, netlab.ClusterIP(svcs["web"], fam, 81), answerTimeout), netlab.Refused, "")
+				}
+			}
+		})
+
+		t.Run("ClusterIP/no-endpoints-refused", func(t *testing.T) {
+			for _, fam := range families {
+				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
+					for _, client := range []*netlab.Host{&podA.Host, &n1.Host} {
+						expectOnly(t, 5, dialer(client, proto, netlab.ClusterIP(svcs["no-endpoints"], fam, 80), answerTimeout), netlab.Refused, "")
+					}
+				}
+			}
+		})
+
+		t.Run("ClusterIP/unallocated-IP-dropped", func(t *testing.T) {
+			// An address of the ServiceCIDR that no service has: dropped
+			// (not rejected), as kube-proxy does.
+			for _, fam := range families {
+				p := netlab.ServiceCIDRv4
+				if fam == 6 {
+					p = netlab.ServiceCIDRv6
+				}
+				dst := netip.AddrPortFrom(nth(p.Addr(), 250), 80)
+				expectOnly(t, 3, dialer(&podA.Host, netlab.TCP, dst, dropTimeout), netlab.TimedOut, "")
+			}
+		})
+
+		t.Run("NodePort", func(t *testing.T) {
+			for _, fam := range families {
+				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
+					for _, via := range []*netlab.Node{n1, n2} {
+						t.Run(fmt.Sprintf("%s/%s/via-%s", ipv(fam), proto, via.Name), func(t *testing.T) {
+							dst := netip.AddrPortFrom(via.Addr(fam), npCluster)
+							dial := dialer(ext, proto, dst, answerTimeout)
+							netlab.Eventually(t, settle, dial, netlab.Answered())
+							expectSpread(t, 40, dial, "pod-a", "pod-c")
+							// Cluster policy: masqueraded to an address of
+							// the node the client reached.
+							for range 10 {
+								r := dial()
+								if r.Outcome == netlab.OK && r.Peer.Addr() != via.Addr(fam) && r.Peer.Addr() != gateway(via, fam) {
+									t.Fatalf("%s saw %s; want a masqueraded address of %s (%s or %s)", r.Pod, r.Peer, via.Name, via.Addr(fam), gateway(via, fam))
+								}
+							}
+						})
+					}
+				}
+			}
+		})
+
+		t.Run("NodePort/bridge-address", func(t *testing.T) {
+			// With no --nodeport-addresses, node ports are open on every
+			// address of the node, the pod bridge's included.
+			for _, fam := range families {
+				dial := dialer(&podB.Host, netlab.TCP, netip.AddrPortFrom(gateway(n1, fam), npCluster), answerTimeout)
+				netlab.Eventually(t, settle, dial, netlab.Answered("pod-a", "pod-c"))
+			}
+		})
+
+		t.Run("NodePort/ETP-Local", func(t *testing.T) {
+			// Local policy: each node sends to its own endpoints only, and
+			// the pod sees the client's own address.
+			for _, fam := range families {
+				for _, tc := range []struct {
+					via *netlab.Node
+					pod *netlab.Pod
+				}{{n1, podA}, {n2, podC}} {
+					dial := dialer(ext, netlab.TCP, netip.AddrPortFrom(tc.via.Addr(fam), npLocal), answerTimeout)
+					netlab.Eventually(t, settle, dial, netlab.Answered())
+					for range 20 {
+						r := dial()
+						if r.Outcome != netlab.OK || r.Pod != tc.pod.Name || r.Peer.Addr() != ext.Addr(fam) {
+							t.Fatalf("%s via %s: %v; want %s seeing the client's address %s", ipv(fam), tc.via.Name, r, tc.pod.Name, ext.Addr(fam))
+						}
+					}
+				}
+			}
+		})
+
+		t.Run("NodePort/ETP-Local-no-local-endpoint-dropped", func(t *testing.T) {
+			for _, fam := range families {
+				netlab.Eventually(t, settle, dialer(ext, netlab.TCP, netip.AddrPortFrom(n1.Addr(fam), npLBLocal), answerTimeout), netlab.Answered("pod-a"))
+				expectOnly(t, 3, dialer(ext, netlab.TCP, netip.AddrPortFrom(n2.Addr(fam), npLBLocal), dropTimeout), netlab.TimedOut, "")
+			}
+		})
+
+		t.Run("ExternalIPs", func(t *testing.T) {
+			for _, fam := range families {
+				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
+					dial := dialer(ext, proto, addrOf(externalIPs, fam, 80), answerTimeout)
+					netlab.Eventually(t, settle, dial, netlab.Answered())
+					expectSpread(t, 40, dial, "pod-b", "pod-c")
+				}
+			}
+		})
+
+		t.Run("LoadBalancer/source-ranges", func(t *testing.T) {
+			for _, fam := range families {
+				dst := addrOf(lbIPs, fam, 80)
+				netlab.Eventually(t, settle, dialer(ext, netlab.TCP, dst, answerTimeout), netlab.Answered("pod-c"))
+				expectOnly(t, 10, dialer(ext, netlab.TCP, dst, answerTimeout), netlab.OK, "pod-c")
+				// pod-a is not in loadBalancerSourceRanges.
+				expectOnly(t, 3, dialer(&podA.Host, netlab.TCP, dst, dropTimeout), netlab.TimedOut, "")
+			}
+		})
+
+		t.Run("LoadBalancer/ETP-Local", func(t *testing.T) {
+			for _, fam := range families {
+				dst := addrOf(lbLocalIPs, fam, 80)
+				r := netlab.Eventually(t, settle, dialer(ext, netlab.TCP, dst, answerTimeout), netlab.Answered("pod-a"))
+				if r.Peer.Addr() != ext.Addr(fam) {
+					t.Errorf("%s: pod-a saw %s; want the client's address %s", ipv(fam), r.Peer, ext.Addr(fam))
+				}
+			}
+		})
+
+		t.Run("HealthCheckNodePort", func(t *testing.T) {
+			for _, fam := range families {
+				for _, tc := range []struct {
+					node   *netlab.Node
+					status int
+					local  int
+				}{{n1, 200, 1}, {n2, 503, 0}} {
+					url := fmt.Sprintf("http://%s/", netip.AddrPortFrom(tc.node.Addr(fam), hcLBLocal))
+					var r netlab.HTTPResult
+					for end := time.Now().Add(settle); ; time.Sleep(100 * time.Millisecond) {
+						if r = ext.HTTPGet(url, answerTimeout); r.Outcome == netlab.OK || time.Now().After(end) {
+							break
+						}
+					}
+					var body struct {
+						Service struct{ Namespace, Name string }
+						LocalEndpoints int `json:"localEndpoints"`
+					}
+					if r.Outcome != netlab.OK || r.Status != tc.status || json.Unmarshal([]byte(r.Body), &body) != nil ||
+						body.LocalEndpoints != tc.local || body.Service.Name != "lb-local" || body.Service.Namespace != "default" {
+						t.Errorf("GET %s: %v; want HTTP %d with localEndpoints %d for default/lb-local", url, r, tc.status, tc.local)
+					}
+				}
+			}
+		})
+
+		t.Run("SessionAffinity", func(t *testing.T) {
+			for _, fam := range families {
+				for _, client := range []*netlab.Host{&podA.Host, &n2.Host} {
+					dial := dialer(client, netlab.TCP, netlab.ClusterIP(svcs["affinity"], fam, 80), answerTimeout)
+					first := netlab.Eventually(t, settle, dial, netlab.Answered())
+					expectOnly(t, 30, dial, netlab.OK, first.Pod)
+				}
+			}
+		})
+
+		t.Run("Hairpin", func(t *testing.T) {
+			// pod-a reaches itself through its service: masqueraded, or its
+			// kernel would drop a packet from its own address.
+			for _, fam := range families {
+				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
+					r := netlab.Eventually(t, settle, dialer(&podA.Host, proto, netlab.ClusterIP(svcs["hairpin"], fam, 80), answerTimeout), netlab.Answered("pod-a"))
+					if r.Peer.Addr() == podA.Addr(fam) {
+						t.Errorf("%s %s: pod-a saw its own address %s: hairpin traffic not masqueraded", ipv(fam), proto, r.Peer)
+					}
+				}
+			}
+		})
+
+		t.Run("Terminating", func(t *testing.T) {
+			for _, fam := range families {
+				// Nothing ready: the serving, terminating endpoint is used.
+				dial := dialer(&podA.Host, netlab.TCP, netlab.ClusterIP(svcs["terminating"], fam, 80), answerTimeout)
+				netlab.Eventually(t, settle, dial, netlab.Answered("pod-b"))
+				expectOnly(t, 10, dial, netlab.OK, "pod-b")
+				// A ready endpoint exists: the terminating one gets nothing.
+				dial = dialer(&podA.Host, netlab.TCP, netlab.ClusterIP(svcs["terminating-and-ready"], fam, 80), answerTimeout)
+				netlab.Eventually(t, settle, dial, netlab.Answered("pod-c"))
+				expectOnly(t, 20, dial, netlab.OK, "pod-c")
+			}
+		})
+
+		t.Run("EndpointChanges", func(t *testing.T) {
+			svc := svcs["changes"]
+			for _, step := range []struct {
+				eps  []*netlab.Pod
+				want []string
+			}{
+				{[]*netlab.Pod{podA}, []string{"pod-a"}},
+				{[]*netlab.Pod{podB}, []string{"pod-b"}},
+				{[]*netlab.Pod{podB, podC}, []string{"pod-b", "pod-c"}},
+				{[]*netlab.Pod{podC}, []string{"pod-c"}},
+			} {
+				c.state.SetEndpoints(svc, netlab.Ready(step.eps...)...)
+				c.apply(t)
+				for _, fam := range families {
+					dial := dialer(&n2.Host, netlab.TCP, netlab.ClusterIP(svc, fam, 80), answerTimeout)
+					netlab.Eventually(t, settle, dial, func(r netlab.Result) bool {
+						return r.Outcome == netlab.OK && slices.Contains(step.want, r.Pod) && r.Pod == step.want[len(step.want)-1]
+					})
+					expectSpread(t, 30, dial, step.want...)
+				}
+			}
+		})
+
+		t.Run("UDP-stale-conntrack-flushed", func(t *testing.T) {
+			// A UDP client that keeps its source port stays on one conntrack
+			// entry; when its endpoint goes, the proxy must delete that
+			// entry, or the client keeps talking to the old endpoint (here
+			// still alive, so a stale entry shows as its answer).
+			svc := svcs["udp-conntrack"]
+			clients := map[int]*netlab.UDPClient{}
+			for _, fam := range families {
+				u, err := podA.OpenUDP(netlab.ClusterIP(svc, fam, 80))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer u.Close()
+				clients[fam] = u
+				netlab.Eventually(t, settle, func() netlab.Result { return u.Exchange(answerTimeout) }, netlab.Answered("pod-b"))
+			}
+			c.state.SetEndpoints(svc, netlab.Ready(podC)...)
+			c.apply(t)
+			for _, fam := range families {
+				u := clients[fam]
+				netlab.Eventually(t, 5*time.Second, func() netlab.Result { return u.Exchange(answerTimeout) }, netlab.Answered("pod-c"))
+			}
+		})
+
+		t.Run("Restart", func(t *testing.T) {
+			restartWithoutDrop(t, c, svcs["restart"], "pod-c")
+		})
+
+		t.Run("Cleanup", func(t *testing.T) {
+			// Last: it removes node-1's dataplane.
+			p := c.procs[n1]
+			if err := p.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			delete(c.procs, n1)
+			b.Cleanup(t, n1, c.state.Path, c.cfg)
+			if got, want := firewallRules(t, n1), c.rulesBefore[n1]; !slices.Equal(got, want) {
+				t.Errorf("after cleanup, node-1 has firewall rules:\n%s\nbefore the proxy started it had:\n%s", join(got), join(want))
+			}
+			for _, fam := range families {
+				expectOnly(t, 2, dialer(&podA.Host, netlab.TCP, netlab.ClusterIP(svcs["web"], fam, 80), dropTimeout), netlab.TimedOut, "")
+			}
+		})
+	})
+}
+
+// restartWithoutDrop restarts node-1's proxy while pod-a keeps a TCP
+// connection open to svc (whose only endpoint is pod) and opens new ones
+// without pause: none may fail, and the open one must still reach pod.
+func restartWithoutDrop(t *testing.T, c *cluster, svc *corev1.Service, pod string) {
+	podA, n1 := c.pod("pod-a"), c.node("node-1")
+	streams := map[int]*netlab.Stream{}
+	for _, fam := range families {
+		dst := netlab.ClusterIP(svc, fam, 80)
+		netlab.Eventually(t, settle, dialer(&podA.Host, netlab.TCP, dst, answerTimeout), netlab.Answered(pod))
+		s, r := podA.OpenStream(dst, answerTimeout)
+		if r.Outcome != netlab.OK {
+			t.Fatalf("%s: open stream: %v", ipv(fam), r)
+		}
+		defer s.Close()
+		streams[fam] = s
+	}
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	attempts, failures := 0, []string{}
+	for _, fam := range families {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dst := netlab.ClusterIP(svc, fam, 80)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
+					r := podA.Dial(proto, dst, answerTimeout)
+					mu.Lock()
+					attempts++
+					if r.Outcome != netlab.OK || r.Pod != pod {
+						failures = append(failures, fmt.Sprintf("%s %s: %v", ipv(fam), proto, r))
+					}
+					mu.Unlock()
+				}
+				time.Sleep(10 * time.Millisecond) // pacing
+			}
+		}()
+	}
+	p := c.procs[n1]
+	if err := p.Restart(); err != nil {
+		close(stop)
+		wg.Wait()
+		t.Fatal(err)
+	}
+	p.WaitOutput(t, c.backend.SyncedLine(), firstSyncTimeout)
+	time.Sleep(500 * time.Millisecond) // traffic after the first sync, too
+	close(stop)
+	wg.Wait()
+	t.Logf("%d connections and datagrams during the restart, %d failed", attempts, len(failures))
+	if len(failures) > 0 {
+		t.Errorf("%d of %d attempts failed during the restart, e.g.:\n%s", len(failures), attempts, join(failures[:min(5, len(failures))]))
+	}
+	for fam, s := range streams {
+		if r := s.Ping(answerTimeout); r.Outcome != netlab.OK || r.Pod != pod {
+			t.Errorf("%s: connection opened before the restart: %v", ipv(fam), r)
+		}
+	}
+}
+
+// TestMasqueradeAll: with --masquerade-all, even pods' traffic to a service
+// is masqueraded, to the node's address towards the endpoint.
+func TestMasqueradeAll(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b netlab.Backend) {
+		var web *corev1.Service
+		cfg := defaultConfig()
+		cfg.MasqueradeAll = true
+		c := startCluster(t, b, cfg, func(l *netlab.Lab, s *netlab.State) {
+			web = s.AddService("web", netlab.TCPPort("tcp", 80, targetPort), netlab.UDPPort("udp", 80, targetPort))
+			s.SetEndpoints(web, netlab.Ready(l.Pod("pod-c"))...)
+		})
+		podA, n1 := c.pod("pod-a"), c.node("node-1")
+		for _, fam := range families {
+			for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
+				r := netlab.Eventually(t, settle, dialer(&podA.Host, proto, netlab.ClusterIP(web, fam, 80), answerTimeout), netlab.Answered("pod-c"))
+				if r.Peer.Addr() != n1.Addr(fam) {
+					t.Errorf("%s %s: pod-c saw %s; want node-1's address %s", ipv(fam), proto, r.Peer, n1.Addr(fam))
+				}
+			}
+		}
+	})
+}
+
+// TestNodePortAddresses: with --nodeport-addresses limited to the node
+// network, node ports answer on node IPs but not on the pod bridge's
+// address (which they do without the flag: see TestServices/NodePort).
+func TestNodePortAddresses(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b netlab.Backend) {
+		var np *corev1.Service
+		cfg := defaultConfig()
+		cfg.NodePortAddresses = []string{"192.168.77.0/24", "fd00:77::/64"}
+		c := startCluster(t, b, cfg, func(l *netlab.Lab, s *netlab.State) {
+			np = s.AddService("np", netlab.TCPPort("tcp", 80, targetPort))
+			nodePorts(np, npCluster)
+			s.SetEndpoints(np, netlab.Ready(l.Pod("pod-c"))...)
+		})
+		n1 := c.node("node-1")
+		for _, fam := range families {
+			netlab.Eventually(t, settle, dialer(c.lab.External, netlab.TCP, netip.AddrPortFrom(n1.Addr(fam), npCluster), answerTimeout), netlab.Answered("pod-c"))
+			bridge := netip.AddrPortFrom(gateway(n1, fam), npCluster)
+			for range 3 {
+				if r := c.pod("pod-b").Dial(netlab.TCP, bridge, dropTimeout); r.Outcome == netlab.OK {
+					t.Fatalf("%s: node port on the bridge address %s answered: %v", ipv(fam), bridge, r)
+				}
+			}
+		}
+	})
+}
+
+// gateway is node n's pod-bridge address of family fam.
+func gateway(n *netlab.Node, fam int) netip.Addr {
+	if fam == 6 {
+		return n.GatewayV6
+	}
+	return n.GatewayV4
+}
+
+func nth(a netip.Addr, n int) netip.Addr {
+	for range n {
+		a = a.Next()
+	}
+	return a
+}
+
+func join(lines []string) string {
+	s := ""
+	for _, l := range lines {
+		s += "  " + l + "\n"
+	}
+	return s
+}
