@@ -1,0 +1,281 @@
+//go:build e2e
+
+package conntrack
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/kpng/kpng/api/localv1"
+	"github.com/kpng/kpng/backend"
+)
+
+// The lab, all inside one private network namespace, on its loopback:
+//
+//	service 10.96.0.10, UDP port "a" 53 and "b" 54, node port 30053 (of "a")
+//	nft output DNAT, as a proxy would have written it before the change:
+//	  10.96.0.10:53    -> 127.0.0.2:5353  stale: the state's endpoint is now 127.0.0.3:5353
+//	  10.96.0.10:54    -> 127.0.0.4:5354  current
+//	  *:30053          -> 127.0.0.2:5353  stale (node port of "a")
+//	  10.96.0.10:55    -> 127.0.0.2:5355  port "c", no serving endpoint now: left alone
+//	  10.96.0.10:53/tcp-> 127.0.0.2:5353  TCP: never touched
+//	plus a UDP flow to 127.0.0.5:9999 with no DNAT.
+const ruleset = `
+table ip kpngcttest {
+	chain out {
+		type nat hook output priority -100; policy accept;
+		ip daddr 10.96.0.10 udp dport 53 dnat to 127.0.0.2:5353
+		ip daddr 10.96.0.10 udp dport 54 dnat to 127.0.0.4:5354
+		ip daddr 10.96.0.10 udp dport 55 dnat to 127.0.0.2:5355
+		ip daddr 10.96.0.10 tcp dport 53 dnat to 127.0.0.2:5353
+		udp dport 30053 dnat to 127.0.0.2:5353
+	}
+}
+`
+
+func labState() *backend.State {
+	st := backend.NewState("n1")
+	v4 := localv1.IPFamily_IPV4
+	udpEP := func(port, ip string, p int32, serving bool) *localv1.Endpoint {
+		return &localv1.Endpoint{PortName: port, Protocol: localv1.Protocol_UDP, Ip: ip, Port: p, Ready: serving, Serving: serving}
+	}
+	st.Services[backend.ServiceKey{Namespace: "ns", Name: "svc", Family: v4}] = &localv1.ServiceEndpoints{
+		Service: &localv1.Service{Namespace: "ns", Name: "svc", Family: v4, ClusterIp: "10.96.0.10",
+			Ports: []*localv1.ServicePort{
+				{Name: "a", Protocol: localv1.Protocol_UDP, Port: 53, NodePort: 30053},
+				{Name: "b", Protocol: localv1.Protocol_UDP, Port: 54},
+				{Name: "c", Protocol: localv1.Protocol_UDP, Port: 55},
+				{Name: "t", Protocol: localv1.Protocol_TCP, Port: 53},
+			}},
+		Endpoints: []*localv1.Endpoint{
+			udpEP("a", "127.0.0.3", 5353, true),
+			udpEP("b", "127.0.0.4", 5354, true),
+			udpEP("c", "127.0.0.2", 5355, false),
+			{PortName: "t", Protocol: localv1.Protocol_TCP, Ip: "127.0.0.3", Port: 5353, Ready: true, Serving: true},
+		},
+	}
+	return st
+}
+
+// inNewNetns runs fn on a thread inside a new, anonymous network namespace
+// and returns a handle to it. The thread is never unlocked: the runtime
+// discards it when fn returns, so no goroutine ever runs there by mistake.
+// The namespace dies when the handle and every socket in it are closed.
+func inNewNetns(t *testing.T, fn func() error) netns.NsHandle {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test needs root (run it through hack/test.sh)")
+	}
+	type result struct {
+		ns  netns.NsHandle
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // deliberately never unlocked
+		ns, err := netns.New()
+		if err != nil {
+			ch <- result{err: fmt.Errorf("new netns: %w", err)}
+			return
+		}
+		ch <- result{ns, fn()}
+	}()
+	r := <-ch
+	if r.ns.IsOpen() {
+		t.Cleanup(func() { r.ns.Close() })
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	return r.ns
+}
+
+type flowKey struct {
+	proto        uint8
+	dst          string
+	dport        uint16
+	replySrc     string
+	replySrcPort uint16
+}
+
+func keys(flows []*netlink.ConntrackFlow) []flowKey {
+	var out []flowKey
+	for _, f := range flows {
+		if f.Forward.Protocol != unix.IPPROTO_UDP && f.Forward.Protocol != unix.IPPROTO_TCP {
+			continue
+		}
+		out = append(out, flowKey{f.Forward.Protocol, f.Forward.DstIP.String(), f.Forward.DstPort, f.Reverse.SrcIP.String(), f.Reverse.SrcPort})
+	}
+	slices.SortFunc(out, func(a, b flowKey) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
+	return out
+}
+
+func TestCleanDeletesExactlyTheStaleFlows(t *testing.T) {
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Fatalf("nft is needed to install the lab's DNAT rules: %v", err)
+	}
+	// Every socket of the lab, closed at the end (the namespace lives as
+	// long as one of them does).
+	var mu sync.Mutex
+	var closers []io.Closer
+	keep := func(c io.Closer) {
+		mu.Lock()
+		defer mu.Unlock()
+		closers = append(closers, c)
+	}
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range closers {
+			c.Close()
+		}
+	})
+	ns := inNewNetns(t, func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(lo); err != nil {
+			return err
+		}
+		// The service IP must be routable for the output hook to see it.
+		addr, _ := netlink.ParseAddr("10.96.0.10/32")
+		if err := netlink.AddrAdd(lo, addr); err != nil {
+			return err
+		}
+		// nft runs in this thread's namespace: a child inherits it.
+		cmd := exec.Command("nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(ruleset)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("nft: %w: %s", err, out)
+		}
+		// Endpoints that answer, so that the flows are real conversations.
+		for _, a := range []string{"127.0.0.2:5353", "127.0.0.4:5354", "127.0.0.2:5355", "127.0.0.5:9999"} {
+			pc, err := net.ListenPacket("udp4", a)
+			if err != nil {
+				return err
+			}
+			keep(pc)
+			go func() {
+				buf := make([]byte, 64)
+				for {
+					n, from, err := pc.ReadFrom(buf)
+					if err != nil {
+						return
+					}
+					_, _ = pc.WriteTo(buf[:n], from)
+				}
+			}()
+		}
+		l, err := net.Listen("tcp4", "127.0.0.2:5353")
+		if err != nil {
+			return err
+		}
+		keep(l)
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				keep(c)
+			}
+		}()
+		for _, dst := range []string{"10.96.0.10:53", "10.96.0.10:54", "10.96.0.10:55", "127.0.0.1:30053", "127.0.0.5:9999"} {
+			c, err := net.Dial("udp4", dst)
+			if err != nil {
+				return err
+			}
+			keep(c)
+			if _, err := c.Write([]byte("ping")); err != nil {
+				return fmt.Errorf("send to %s: %w", dst, err)
+			}
+			buf := make([]byte, 64)
+			if _, err := c.Read(buf); err != nil {
+				return fmt.Errorf("answer from %s: %w", dst, err)
+			}
+		}
+		c, err := net.Dial("tcp4", "10.96.0.10:53")
+		if err != nil {
+			return fmt.Errorf("tcp: %w", err)
+		}
+		keep(c)
+		return nil
+	})
+
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_NETFILTER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	list := func() []flowKey {
+		t.Helper()
+		flows, err := h.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
+		if err != nil {
+			t.Fatalf("list conntrack: %v", err)
+		}
+		return keys(flows)
+	}
+	udp, tcp := uint8(unix.IPPROTO_UDP), uint8(unix.IPPROTO_TCP)
+	stale := []flowKey{
+		{udp, "10.96.0.10", 53, "127.0.0.2", 5353},
+		{udp, "127.0.0.1", 30053, "127.0.0.2", 5353},
+	}
+	kept := []flowKey{
+		{udp, "10.96.0.10", 54, "127.0.0.4", 5354},
+		{udp, "10.96.0.10", 55, "127.0.0.2", 5355},
+		{udp, "127.0.0.5", 9999, "127.0.0.5", 9999},
+		{tcp, "10.96.0.10", 53, "127.0.0.2", 5353},
+	}
+	before := list()
+	for _, k := range append(slices.Clone(stale), kept...) {
+		if !slices.Contains(before, k) {
+			t.Fatalf("the lab did not create flow %+v; table: %+v", k, before)
+		}
+	}
+
+	c, err := NewCleanerAt(localv1.IPFamily_IPV4, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	res, err := c.Clean(labState())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Deleted != len(stale) {
+		t.Errorf("deleted %d flows, want %d", res.Deleted, len(stale))
+	}
+	after := list()
+	for _, k := range stale {
+		if slices.Contains(after, k) {
+			t.Errorf("stale flow %+v survived", k)
+		}
+	}
+	for _, k := range kept {
+		if !slices.Contains(after, k) {
+			t.Errorf("flow %+v was deleted", k)
+		}
+	}
+	if len(after) != len(before)-len(stale) {
+		t.Errorf("table went from %d to %d flows, want %d fewer:\nbefore %+v\nafter  %+v", len(before), len(after), len(stale), before, after)
+	}
+	t.Logf("%d flows listed, %d stale deleted in %v", len(before), res.Deleted, res.Duration)
+
+	// Nothing left to do: a second cleanup deletes nothing.
+	if res, err := c.Clean(labState()); err != nil || res.Deleted != 0 {
+		t.Errorf("second cleanup: %+v, %v", res, err)
+	}
+}
