@@ -278,14 +278,14 @@ func validateDualStackCIDRs(cidrs []string, path *field.Path) field.ErrorList {
 	return errs
 }
 
-// validateLogging runs component-base's logging validation with the logging
-// feature gates (LoggingAlphaOptions, ...) set as the configuration asks.
-// The "json" format is accepted only when the binary links
-// k8s.io/component-base/logs/json/register, as in kube-proxy.
-func validateLogging(cfg *KubeProxyConfiguration) field.ErrorList {
+// LoggingFeatureGate returns a feature gate holding the logging features
+// (LoggingAlphaOptions, ContextualLogging, ...) set as cfg.FeatureGates
+// asks, for validating and applying cfg.Logging
+// (logsapi.ValidateAndApply). Gates that are not about logging are ignored.
+func LoggingFeatureGate(cfg *KubeProxyConfiguration) (featuregate.MutableFeatureGate, error) {
 	gate := featuregate.NewFeatureGate()
 	if err := logsapi.AddFeatureGates(gate); err != nil {
-		return field.ErrorList{field.InternalError(field.NewPath("logging"), err)}
+		return nil, err
 	}
 	known := gate.GetAll()
 	logGates := map[string]bool{}
@@ -294,9 +294,25 @@ func validateLogging(cfg *KubeProxyConfiguration) field.ErrorList {
 			logGates[name] = on
 		}
 	}
-	var errs field.ErrorList
 	if err := gate.SetFromMap(logGates); err != nil {
-		errs = append(errs, field.Invalid(field.NewPath("featureGates"), logGates, err.Error()))
+		return gate, fmt.Errorf("featureGates: %w", err)
+	}
+	return gate, nil
+}
+
+// validateLogging runs component-base's logging validation with the logging
+// feature gates (LoggingAlphaOptions, ...) set as the configuration asks.
+// The "json" format is accepted only when the binary links
+// k8s.io/component-base/logs/json/register, as in kube-proxy (kpng's
+// command does).
+func validateLogging(cfg *KubeProxyConfiguration) field.ErrorList {
+	gate, err := LoggingFeatureGate(cfg)
+	if gate == nil {
+		return field.ErrorList{field.InternalError(field.NewPath("logging"), err)}
+	}
+	var errs field.ErrorList
+	if err != nil {
+		errs = append(errs, field.Invalid(field.NewPath("featureGates"), cfg.FeatureGates, err.Error()))
 	}
 	return append(errs, logsapi.Validate(&cfg.Logging, gate, field.NewPath("logging"))...)
 }

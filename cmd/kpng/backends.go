@@ -66,18 +66,7 @@ func backendCommands(nodeName func() string, runFeed feedRunner) []*cobra.Comman
 				if node == "" {
 					return errors.New("--node-name is required (the host name could not be read)")
 				}
-				b, err := plugin.Open(ctx, backend.Env{NodeName: node})
-				if err != nil {
-					return fmt.Errorf("%s: %w", reg.Name, err)
-				}
-				var opts backend.Options
-				if t, ok := plugin.(backend.Tuner); ok {
-					opts = t.RunOptions()
-				}
-				klog.FromContext(ctx).Info("Starting backend", "backend", reg.Name, "node", node)
-				return runFeed(ctx, func(ctx context.Context, feed backend.Feed) error {
-					return backend.Run(ctx, feed, b, opts)
-				})
+				return runBackend(ctx, reg.Name, plugin, node, nil, runFeed)
 			},
 		}
 		plugin.BindFlags(cmd.Flags())
@@ -87,4 +76,26 @@ func backendCommands(nodeName func() string, runFeed feedRunner) []*cobra.Comman
 		cmds = append(cmds, cmd)
 	}
 	return cmds
+}
+
+// runBackend opens plugin (whose flags are parsed) for node and drives it
+// with the feed runFeed gives until ctx ends; tune, if set, adjusts the
+// driver's options after the plugin's own (kpng proxy sets the sync periods
+// of its configuration). The to-<name> commands and kpng proxy share it.
+func runBackend(ctx context.Context, name string, plugin backend.Plugin, node string, tune func(*backend.Options), runFeed feedRunner) error {
+	b, err := plugin.Open(ctx, backend.Env{NodeName: node})
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	var opts backend.Options
+	if t, ok := plugin.(backend.Tuner); ok {
+		opts = t.RunOptions()
+	}
+	if tune != nil {
+		tune(&opts)
+	}
+	klog.FromContext(ctx).Info("Starting backend", "backend", name, "node", node)
+	return runFeed(ctx, func(ctx context.Context, feed backend.Feed) error {
+		return backend.Run(ctx, feed, b, opts)
+	})
 }

@@ -42,6 +42,7 @@ A command line is a source of cluster state followed by a sink:
 	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("v"))
 	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("vmodule"))
 
+	addProxyCommands(root, realProxyDeps()) // kpng [proxy] --config FILE: kube-proxy's command line
 	root.AddCommand(fileCommand())
 	root.AddCommand(kubeCommand())
 	return root

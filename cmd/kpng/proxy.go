@@ -1,0 +1,297 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // logging.format: json, as kube-proxy
+	basemetrics "k8s.io/component-base/metrics"
+	"k8s.io/klog/v2"
+
+	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/brain"
+	"github.com/kpng/kpng/cluster"
+	"github.com/kpng/kpng/config"
+	"github.com/kpng/kpng/proxyutil/metrics"
+	"github.com/kpng/kpng/source/kube"
+)
+
+// configzGroup is the key of /configz's answer, as kube-proxy's.
+const configzGroup = "kubeproxy.config.k8s.io"
+
+// proxyDeps are the parts of kpng proxy that tests replace.
+type proxyDeps struct {
+	// lookup finds a registered backend (backend.Lookup).
+	lookup func(name string) (backend.Registration, bool)
+	// source returns the source of cluster state for the configuration
+	// (the API server's, by clientConnection and --master).
+	source func(c *config.KubeProxyConfiguration, master, node string) (stage, error)
+	// setupHost applies the process-wide start-up settings: logging,
+	// oom_score_adj, conntrack sysctls.
+	setupHost func(ctx context.Context, c *config.KubeProxyConfiguration) error
+}
+
+func realProxyDeps() proxyDeps {
+	return proxyDeps{lookup: backend.Lookup, source: kubeSource, setupHost: setupHost}
+}
+
+const proxyLong = `Run as kube-proxy does, driven by a KubeProxyConfiguration file
+(kubeproxy.config.k8s.io/v1alpha1, kube-proxy's, or v1alpha2, KEP-784's) and
+kube-proxy's flags: the API server is the source, this node's view is computed
+in process, and the backend is the one of the configuration's mode
+(nftables: nft, iptables or empty: iptables).
+
+Flags given on the command line override the file. --write-config-to writes the
+resolved configuration as v1alpha2 and exits, which migrates a v1alpha1 file:
+  kpng proxy --config old-v1alpha1.yaml --write-config-to new-v1alpha2.yaml
+
+With configHardFail: true (always, for v1alpha1) any configuration error exits
+non-zero; with false, invalid fields are reset to their defaults with a warning.`
+
+// addProxyCommands adds "kpng proxy" to root, and makes root itself take
+// the same flags, so that kpng runs as kube-proxy does: kpng --config FILE.
+// A bare "kpng" still prints help.
+func addProxyCommands(root *cobra.Command, deps proxyDeps) {
+	root.AddCommand(proxyCommand(deps))
+	flags := addProxyFlags(root.Flags())
+	root.Args = cobra.NoArgs
+	root.RunE = func(cmd *cobra.Command, _ []string) error {
+		if cmd.Flags().NFlag() == 0 {
+			return cmd.Help()
+		}
+		return runProxy(cmd.Context(), cmd.Flags(), flags, deps)
+	}
+}
+
+// proxyCommand returns "kpng proxy".
+func proxyCommand(deps proxyDeps) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "proxy [--config FILE] [kube-proxy flags]",
+		Short: "Run as kube-proxy: a KubeProxyConfiguration file and kube-proxy's flags",
+		Long:  proxyLong,
+		Args:  cobra.NoArgs,
+	}
+	flags := addProxyFlags(cmd.Flags())
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return runProxy(cmd.Context(), cmd.Flags(), flags, deps)
+	}
+	return cmd
+}
+
+// resolveConfig reads the file (if any), applies the flags given, then
+// validates the result and honours configHardFail. Warnings are for the log.
+func resolveConfig(fs *pflag.FlagSet, flags *proxyFlags) (*config.KubeProxyConfiguration, []string, error) {
+	c := config.Default()
+	var warnings []string
+	if flags.configFile != "" {
+		data, err := os.ReadFile(flags.configFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading the configuration: %w", err)
+		}
+		loaded, err := config.Load(data)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", flags.configFile, err)
+		}
+		c, warnings = loaded.Config, loaded.Warnings
+	}
+	if _, err := flags.apply(fs, c); err != nil {
+		return nil, nil, err
+	}
+	checked, invalid, err := config.Check(c)
+	if err != nil {
+		if flags.configFile != "" {
+			err = fmt.Errorf("%s: %w", flags.configFile, err)
+		}
+		return nil, nil, err
+	}
+	for _, e := range invalid {
+		warnings = append(warnings, "reset to its default (configHardFail is false): "+e.Error())
+	}
+	return checked, warnings, nil
+}
+
+func runProxy(ctx context.Context, fs *pflag.FlagSet, flags *proxyFlags, deps proxyDeps) error {
+	logger := klog.FromContext(ctx)
+	c, warnings, err := resolveConfig(fs, flags)
+	if err != nil {
+		return err
+	}
+
+	if flags.writeConfigTo != "" {
+		for _, w := range warnings {
+			logger.Info("Configuration warning", "warning", w)
+		}
+		out, err := config.Marshal(c)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(flags.writeConfigTo, out, 0o644); err != nil {
+			return fmt.Errorf("writing the configuration: %w", err)
+		}
+		logger.Info("Wrote configuration", "file", flags.writeConfigTo, "apiVersion", "kubeproxy.config.k8s.io/v1alpha2")
+		return nil
+	}
+
+	// Everything the configuration says about the backend is checked
+	// before anything is changed on the host.
+	reg, err := lookupBackend(c.Mode, deps.lookup)
+	if err != nil {
+		return err
+	}
+	plugin := reg.New()
+	backendFlags := pflag.NewFlagSet("to-"+reg.Name, pflag.ContinueOnError)
+	plugin.BindFlags(backendFlags)
+	set, problems, err := configureBackend(reg.Name, backendFlags, c)
+	if err != nil {
+		return err
+	}
+	warnings = append(warnings, problems...)
+
+	if flags.cleanup {
+		cleaner, ok := plugin.(backend.Cleaner)
+		if !ok {
+			return fmt.Errorf("--cleanup: backend %q cannot clean up", reg.Name)
+		}
+		return cleaner.Cleanup(ctx)
+	}
+
+	// Logging first, so that what follows is logged as configured.
+	if err := deps.setupHost(ctx, c); err != nil {
+		return err
+	}
+	logger = klog.FromContext(ctx) // the configured logger
+	for _, w := range warnings {
+		logger.Info("Configuration warning", "warning", w)
+	}
+	if flags.initOnly {
+		return nil
+	}
+
+	node := c.HostnameOverride
+	if node == "" {
+		if node = defaultNodeName(); node == "" {
+			return errors.New("the host name could not be read: set hostnameOverride or --hostname-override")
+		}
+	}
+	src, err := deps.source(c, flags.master, node)
+	if err != nil {
+		return err
+	}
+	if c.ShowHiddenMetricsForVersion != "" {
+		basemetrics.SetShowHidden()
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	metricsDone := make(chan error, 1)
+	go func() { metricsDone <- serveMetrics(ctx, c) }()
+
+	logger.Info("Starting kpng proxy", "mode", c.Mode, "backend", reg.Name, "node", node, "backendFlags", set)
+	runErr := runBackend(ctx, reg.Name, plugin, node,
+		func(o *backend.Options) {
+			// The configuration drives the runner, whatever the backend's
+			// own flags say.
+			o.MinSyncPeriod, o.ResyncPeriod = c.MinSyncPeriod, c.SyncPeriod
+		},
+		func(ctx context.Context, drive func(context.Context, backend.Feed) error) error {
+			return run(ctx, src, stageFunc(func(ctx context.Context, store *cluster.Store) error {
+				return drive(ctx, backend.NewLocalFeed(store, brain.Options{NodeName: node}))
+			}))
+		})
+	cancel()
+	if err := <-metricsDone; runErr == nil && err != nil {
+		return err
+	}
+	return runErr
+}
+
+// kubeSource is the API server source of the configuration's client.
+func kubeSource(c *config.KubeProxyConfiguration, master, node string) (stage, error) {
+	cc := c.ClientConnection
+	rc, err := kube.ClientConfig{
+		Kubeconfig:  cc.Kubeconfig,
+		Master:      master,
+		QPS:         cc.QPS,
+		Burst:       int(cc.Burst),
+		ContentType: cc.ContentType,
+	}.RESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	if cc.AcceptContentTypes != "" {
+		rc.AcceptContentTypes = cc.AcceptContentTypes
+	}
+	return &kube.Source{Config: rc, NodeName: node}, nil
+}
+
+// setupHost applies the logging configuration (format, verbosity, ...),
+// the process's oom_score_adj and the conntrack sysctls.
+func setupHost(ctx context.Context, c *config.KubeProxyConfiguration) error {
+	gate, err := config.LoggingFeatureGate(c)
+	if err != nil {
+		return err
+	}
+	if err := logsapi.ValidateAndApply(&c.Logging, gate); err != nil {
+		return fmt.Errorf("logging: %w", err)
+	}
+	h := realHost()
+	h.applyOOMScoreAdj(ctx, c.Linux.OOMScoreAdj)
+	if err := h.applyConntrack(ctx, c.Linux.Conntrack); err != nil {
+		return fmt.Errorf("conntrack sysctls: %w", err)
+	}
+	return nil
+}
+
+// configzBody is /configz's answer: the running configuration as v1alpha2
+// under kube-proxy's key.
+func configzBody(c *config.KubeProxyConfiguration) ([]byte, error) {
+	return json.Marshal(map[string]any{configzGroup: config.ToV1Alpha2(c)})
+}
+
+// serveMetrics runs the metrics server (/metrics, /healthz, /proxyMode,
+// /configz, /debug/pprof) on metricsBindAddress until ctx ends. A port that
+// cannot be bound is fatal with bindAddressHardFail, and retried every 5
+// seconds otherwise, as kube-proxy does.
+func serveMetrics(ctx context.Context, c *config.KubeProxyConfiguration) error {
+	if c.MetricsBindAddress == "" {
+		return nil
+	}
+	body, err := configzBody(c)
+	if err != nil {
+		return err
+	}
+	mode := string(c.Mode)
+	if mode == "" {
+		mode = string(config.ProxyModeIPTables)
+	}
+	srv := &metrics.Server{
+		Addr:      c.MetricsBindAddress,
+		ProxyMode: mode,
+		Configz:   func() ([]byte, error) { return body, nil },
+		Profiling: c.EnableProfiling,
+	}
+	logger := klog.FromContext(ctx)
+	for {
+		ln, err := srv.Listen()
+		if err == nil {
+			logger.Info("Serving metrics and /configz", "address", ln.Addr().String())
+			return srv.Serve(ctx, ln)
+		}
+		if c.BindAddressHardFail {
+			return fmt.Errorf("%w (bindAddressHardFail is true)", err)
+		}
+		logger.Error(err, "Metrics server could not bind, will retry in 5s")
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(5 * time.Second):
+		}
+	}
+}

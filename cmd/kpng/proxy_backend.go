@@ -1,0 +1,132 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/config"
+)
+
+// backendForMode names the registered backend that implements a proxy mode.
+// An empty mode is kube-proxy's Linux default, iptables.
+func backendForMode(mode config.ProxyMode) (string, error) {
+	switch mode {
+	case config.ProxyModeNFTables:
+		return "nft", nil
+	case config.ProxyModeIPTables, "":
+		return "iptables", nil
+	case config.ProxyModeIPVS:
+		return "", fmt.Errorf("mode %q: kpng has no ipvs backend; use mode nftables (or iptables)", mode)
+	case config.ProxyModeKernelspace:
+		return "", fmt.Errorf("mode %q is Windows' (HNS); kpng has no Windows backend", mode)
+	default:
+		return "", fmt.Errorf("mode %q: unknown proxy mode", mode)
+	}
+}
+
+// lookupBackend finds the backend of cfg's mode among those compiled in.
+func lookupBackend(mode config.ProxyMode, lookup func(string) (backend.Registration, bool)) (backend.Registration, error) {
+	name, err := backendForMode(mode)
+	if err != nil {
+		return backend.Registration{}, err
+	}
+	reg, ok := lookup(name)
+	if !ok {
+		var have []string
+		for _, r := range backend.Registered() {
+			have = append(have, r.Name)
+		}
+		shown := string(mode)
+		if shown == "" {
+			shown = `"" (iptables)`
+		}
+		return backend.Registration{}, fmt.Errorf("mode %s needs the %q backend, which this kpng binary does not include (it has: %s)",
+			shown, name, strings.Join(have, ", "))
+	}
+	return reg, nil
+}
+
+// backendSetting is a configuration field passed to a backend as one of its
+// flags (kube-proxy's flag names).
+type backendSetting struct {
+	flag  string // the backend's flag
+	field string // the v1alpha2 field it comes from, for messages
+	value string
+	// always: set the flag even to an empty value (empty has a meaning).
+	// Otherwise an empty value is left to the backend's default, which for
+	// these fields means "none" too.
+	always bool
+	// optional: a backend without the flag loses nothing (the proxy
+	// itself does the job, e.g. the runner's sync periods).
+	optional bool
+}
+
+// backendSettings lists what cfg says to the backend of its mode.
+func backendSettings(c *config.KubeProxyConfiguration) []backendSetting {
+	detectLocal := c.DetectLocalMode
+	if detectLocal == "" {
+		detectLocal = config.LocalModeClusterCIDR // kube-proxy's platform default
+	}
+	s := []backendSetting{
+		{flag: "nodeport-addresses", field: "nodePortAddresses", value: strings.Join(c.NodePortAddresses, ",")},
+		{flag: "masquerade-all", field: "linux.masqueradeAll", value: strconv.FormatBool(c.Linux.MasqueradeAll)},
+		{flag: "detect-local-mode", field: "detectLocalMode", value: string(detectLocal)},
+		{flag: "cluster-cidr", field: "detectLocal.clusterCIDRs", value: strings.Join(c.DetectLocal.ClusterCIDRs, ",")},
+		{flag: "pod-bridge-interface", field: "detectLocal.bridgeInterface", value: c.DetectLocal.BridgeInterface},
+		{flag: "pod-interface-name-prefix", field: "detectLocal.interfaceNamePrefix", value: c.DetectLocal.InterfaceNamePrefix},
+		{flag: "sync-period", field: "syncPeriod", value: c.SyncPeriod.String(), optional: true},
+		{flag: "min-sync-period", field: "minSyncPeriod", value: c.MinSyncPeriod.String(), optional: true},
+		{flag: "healthz-bind-address", field: "healthzBindAddress", value: c.HealthzBindAddress},
+		// kpng proxy serves the metrics (and /configz) itself: the
+		// backend's own metrics server is switched off.
+		{flag: "metrics-bind-address", field: "metricsBindAddress", value: "", always: true, optional: true},
+	}
+	switch c.Mode {
+	case config.ProxyModeNFTables:
+		s = append(s, backendSetting{flag: "masquerade-bit", field: "nftables.masqueradeBit", value: strconv.Itoa(int(c.NFTables.MasqueradeBit))})
+	case config.ProxyModeIPTables, "":
+		s = append(s,
+			backendSetting{flag: "masquerade-bit", field: "iptables.masqueradeBit", value: strconv.Itoa(int(c.IPTables.MasqueradeBit))},
+			backendSetting{flag: "localhost-nodeports", field: "iptables.localhostNodePorts", value: strconv.FormatBool(c.IPTables.LocalhostNodePorts)})
+	}
+	return s
+}
+
+// configureBackend sets the backend's flags (fs, from the plugin's
+// BindFlags) from cfg. A value the backend rejects is an error. A setting
+// whose flag the backend lacks is a problem unless it holds the default (so
+// nothing is lost) or is optional: problems are returned as an error when
+// cfg.ConfigHardFail, as warnings otherwise. It returns the flags it set,
+// as --name=value, for the log.
+func configureBackend(name string, fs *pflag.FlagSet, c *config.KubeProxyConfiguration) (set, warnings []string, err error) {
+	defaults := config.Default()
+	defaults.Mode = c.Mode
+	def := map[string]string{}
+	for _, s := range backendSettings(defaults) {
+		def[s.flag] = s.value
+	}
+	var problems []string
+	for _, s := range backendSettings(c) {
+		if fs.Lookup(s.flag) == nil {
+			if !s.optional && s.value != def[s.flag] {
+				problems = append(problems, fmt.Sprintf("%s=%q cannot be applied: backend %q has no --%s flag", s.field, s.value, name, s.flag))
+			}
+			continue
+		}
+		if s.value == "" && !s.always {
+			continue
+		}
+		if err := fs.Set(s.flag, s.value); err != nil {
+			return nil, nil, fmt.Errorf("%s=%q: backend %q rejects --%s: %w", s.field, s.value, name, s.flag, err)
+		}
+		set = append(set, fmt.Sprintf("--%s=%s", s.flag, s.value))
+	}
+	if len(problems) > 0 && c.ConfigHardFail {
+		return nil, nil, fmt.Errorf("configuration not supported by the %q backend (configHardFail is true): %s", name, strings.Join(problems, "; "))
+	}
+	return set, problems, nil
+}

@@ -1,0 +1,630 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/klog/v2"
+
+	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/config"
+	"github.com/kpng/kpng/source/file"
+)
+
+const (
+	v1alpha1Header = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
+	v1alpha2Header = "apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: KubeProxyConfiguration\n"
+)
+
+// testRoot is kpng's root command (with klog's -v and --vmodule, as main's)
+// whose proxy commands use deps.
+func testRoot(deps proxyDeps) *cobra.Command {
+	root := &cobra.Command{Use: "kpng", SilenceUsage: true, SilenceErrors: true}
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("v"))
+	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("vmodule"))
+	addProxyCommands(root, deps)
+	return root
+}
+
+// failingDeps are deps for tests that must stop before running anything.
+func failingDeps(t *testing.T) proxyDeps {
+	return proxyDeps{
+		lookup: func(string) (backend.Registration, bool) {
+			t.Error("unexpected backend lookup")
+			return backend.Registration{}, false
+		},
+		source: func(*config.KubeProxyConfiguration, string, string) (stage, error) {
+			t.Error("unexpected source")
+			return nil, errors.New("no source")
+		},
+		setupHost: func(context.Context, *config.KubeProxyConfiguration) error {
+			t.Error("unexpected host setup")
+			return nil
+		},
+	}
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func runCommand(ctx context.Context, root *cobra.Command, args ...string) error {
+	root.SetArgs(args)
+	root.SetOut(io.Discard)
+	return root.ExecuteContext(ctx)
+}
+
+// resolved runs kpng with args plus --write-config-to, and loads what it
+// wrote: the configuration kpng would run with.
+func resolved(t *testing.T, args ...string) *config.KubeProxyConfiguration {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "out.yaml")
+	if err := runCommand(context.Background(), testRoot(failingDeps(t)), append(args, "--write-config-to", out)...); err != nil {
+		t.Fatalf("kpng %q: %v", args, err)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := config.Load(data)
+	if err != nil {
+		t.Fatalf("the written configuration does not load: %v\n%s", err, data)
+	}
+	return l.Config
+}
+
+func TestProxyFlagsOverrideTheFile(t *testing.T) {
+	file := writeFile(t, "kp.yaml", v1alpha1Header+`mode: nftables
+hostnameOverride: from-file
+clusterCIDR: 10.0.0.0/8
+nodePortAddresses: [192.0.2.0/24]
+featureGates: {A: true, B: true}
+logging: {verbosity: 2, vmodule: [{filePattern: file, verbosity: 3}]}
+nftables: {syncPeriod: 20s, minSyncPeriod: 2s, masqueradeAll: true}
+conntrack: {maxPerCore: 7}
+`)
+	cases := []struct {
+		name  string
+		args  []string
+		check func(c *config.KubeProxyConfiguration) string
+	}{
+		{name: "without flags the file is used", check: func(c *config.KubeProxyConfiguration) string {
+			if c.Mode != config.ProxyModeNFTables || c.HostnameOverride != "from-file" || c.SyncPeriod != 20*time.Second ||
+				c.MinSyncPeriod != 2*time.Second || !c.Linux.MasqueradeAll || c.Linux.Conntrack.MaxPerCore != 7 ||
+				!slices.Equal(c.DetectLocal.ClusterCIDRs, []string{"10.0.0.0/8"}) || c.Logging.Verbosity != 2 {
+				return "file values lost"
+			}
+			return ""
+		}},
+		{name: "an explicit false overrides the file's true", args: []string{"--masquerade-all=false"}, check: func(c *config.KubeProxyConfiguration) string {
+			if c.Linux.MasqueradeAll {
+				return "masqueradeAll still true"
+			}
+			return ""
+		}},
+		{name: "the hostname is trimmed and lower-cased", args: []string{"--hostname-override", "  Node-A "}, check: func(c *config.KubeProxyConfiguration) string {
+			if c.HostnameOverride != "node-a" {
+				return "hostnameOverride = " + c.HostnameOverride
+			}
+			return ""
+		}},
+		{name: "iptables sync flags apply in nftables mode", args: []string{"--iptables-sync-period", "1m", "--iptables-min-sync-period", "0s"}, check: func(c *config.KubeProxyConfiguration) string {
+			if c.SyncPeriod != time.Minute || c.MinSyncPeriod != 0 {
+				return "sync periods not overridden"
+			}
+			return ""
+		}},
+		{name: "ipvs sync flags do not apply in nftables mode", args: []string{"--ipvs-sync-period", "1m"}, check: func(c *config.KubeProxyConfiguration) string {
+			if c.SyncPeriod != 20*time.Second {
+				return "syncPeriod changed by an ipvs flag"
+			}
+			return ""
+		}},
+		{name: "the mode flag is applied before the per-mode sync flags", args: []string{"--ipvs-sync-period", "1m", "--proxy-mode", "ipvs", "--iptables-sync-period", "2m"}, check: func(c *config.KubeProxyConfiguration) string {
+			if c.Mode != config.ProxyModeIPVS || c.SyncPeriod != time.Minute {
+				return "ipvs flags not applied in ipvs mode"
+			}
+			return ""
+		}},
+		{name: "cluster-cidr is split on commas", args: []string{"--cluster-cidr", "10.1.0.0/16,fd00::/64"}, check: func(c *config.KubeProxyConfiguration) string {
+			if !slices.Equal(c.DetectLocal.ClusterCIDRs, []string{"10.1.0.0/16", "fd00::/64"}) {
+				return "clusterCIDRs not replaced"
+			}
+			return ""
+		}},
+		{name: "a list flag replaces the file's list", args: []string{"--nodeport-addresses", "primary"}, check: func(c *config.KubeProxyConfiguration) string {
+			if !slices.Equal(c.NodePortAddresses, []string{"primary"}) {
+				return "nodePortAddresses not replaced"
+			}
+			return ""
+		}},
+		{name: "bind-address sets nodeIPOverride", args: []string{"--bind-address", "192.0.2.7"}, check: func(c *config.KubeProxyConfiguration) string {
+			if !slices.Equal(c.NodeIPOverride, []string{"192.0.2.7"}) {
+				return "nodeIPOverride not set"
+			}
+			return ""
+		}},
+		{name: "feature gates are merged, the flag winning", args: []string{"--feature-gates", "B=false,C=true"}, check: func(c *config.KubeProxyConfiguration) string {
+			if !c.FeatureGates["A"] || c.FeatureGates["B"] || !c.FeatureGates["C"] {
+				return "gates not merged"
+			}
+			return ""
+		}},
+		{name: "the root's -v overrides logging.verbosity, --vmodule is added", args: []string{"-v", "5", "--vmodule", "proxy=4"}, check: func(c *config.KubeProxyConfiguration) string {
+			if c.Logging.Verbosity != 5 || len(c.Logging.VModule) != 2 || c.Logging.VModule[0].FilePattern != "proxy" {
+				return "logging flags not applied"
+			}
+			return ""
+		}},
+		{name: "conntrack flags override", args: []string{"--conntrack-max-per-core", "0", "--conntrack-tcp-timeout-established", "1h"}, check: func(c *config.KubeProxyConfiguration) string {
+			if c.Linux.Conntrack.MaxPerCore != 0 || c.Linux.Conntrack.TCPEstablishedTimeout != time.Hour {
+				return "conntrack not overridden"
+			}
+			return ""
+		}},
+	}
+	for _, tc := range cases {
+		for _, form := range []string{"kpng proxy", "kpng"} {
+			t.Run(tc.name+"/"+form, func(t *testing.T) {
+				args := append([]string{"--config", file}, tc.args...)
+				if form == "kpng proxy" {
+					args = append([]string{"proxy"}, args...)
+				}
+				if msg := tc.check(resolved(t, args...)); msg != "" {
+					t.Errorf("kpng %q: %s", args, msg)
+				}
+			})
+		}
+	}
+}
+
+func TestProxyWithoutConfigUsesV1Alpha2DefaultsAndFlags(t *testing.T) {
+	c := resolved(t, "proxy", "--proxy-mode", "nftables", "--kubeconfig", "/k")
+	want := config.Default()
+	want.Mode, want.ClientConnection.Kubeconfig = config.ProxyModeNFTables, "/k"
+	if !equality.Semantic.DeepEqual(c, want) {
+		t.Errorf("got %+v\nwant %+v", c, want)
+	}
+}
+
+func TestProxyFlagErrors(t *testing.T) {
+	file := writeFile(t, "kp.yaml", v1alpha1Header)
+	cases := []struct {
+		name    string
+		args    []string
+		wantErr []string
+	}{
+		{name: "a blank hostname override", args: []string{"--hostname-override", "  "}, wantErr: []string{"hostname-override"}},
+		{name: "a bad bind address", args: []string{"--bind-address", "nope"}, wantErr: []string{"bind-address"}},
+		{name: "a flag value the configuration rejects", args: []string{"--iptables-masquerade-bit", "40"}, wantErr: []string{"iptables.masqueradeBit", "configHardFail is true"}},
+		{name: "a bad duration", args: []string{"--iptables-sync-period", "soon"}, wantErr: []string{"iptables-sync-period"}},
+		{name: "an unknown flag", args: []string{"--no-such-flag"}, wantErr: []string{"no-such-flag"}},
+		{name: "a positional argument", args: []string{"extra"}, wantErr: []string{"extra"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"proxy", "--config", file, "--write-config-to", filepath.Join(t.TempDir(), "out")}, tc.args...)
+			err := runCommand(context.Background(), testRoot(failingDeps(t)), args...)
+			if err == nil {
+				t.Fatal("succeeded, want an error")
+			}
+			for _, s := range tc.wantErr {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not mention %q", err, s)
+				}
+			}
+		})
+	}
+}
+
+func TestConfigHardFail(t *testing.T) {
+	bad := "mode: nftables\nsyncPeriod: -1s\nlinux: {oomScoreAdj: 5000}\n"
+	t.Run("true: an invalid file is an error naming the fields and the file", func(t *testing.T) {
+		file := writeFile(t, "hard.yaml", v1alpha2Header+bad)
+		err := runCommand(context.Background(), testRoot(failingDeps(t)), "proxy", "--config", file, "--write-config-to", filepath.Join(t.TempDir(), "out"))
+		if err == nil {
+			t.Fatal("succeeded, want an error")
+		}
+		for _, s := range []string{file, "syncPeriod", "linux.oomScoreAdj", "configHardFail is true"} {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("error %q does not mention %q", err, s)
+			}
+		}
+	})
+	t.Run("true: a strictness error is fatal", func(t *testing.T) {
+		file := writeFile(t, "strict.yaml", v1alpha2Header+"bogus: 1\n")
+		err := runCommand(context.Background(), testRoot(failingDeps(t)), "proxy", "--config", file, "--write-config-to", filepath.Join(t.TempDir(), "out"))
+		if err == nil || !strings.Contains(err.Error(), "bogus") {
+			t.Fatalf("err = %v, want one naming bogus", err)
+		}
+	})
+	t.Run("false: invalid fields get their defaults, the rest is kept", func(t *testing.T) {
+		file := writeFile(t, "soft.yaml", v1alpha2Header+"configHardFail: false\nbogus: 1\n"+bad)
+		c := resolved(t, "proxy", "--config", file)
+		d := config.Default()
+		if c.SyncPeriod != d.SyncPeriod || c.Linux.OOMScoreAdj != d.Linux.OOMScoreAdj || c.Mode != config.ProxyModeNFTables || c.ConfigHardFail {
+			t.Errorf("got syncPeriod %v, oomScoreAdj %d, mode %q, configHardFail %v", c.SyncPeriod, c.Linux.OOMScoreAdj, c.Mode, c.ConfigHardFail)
+		}
+	})
+}
+
+// TestWriteConfigToGolden checks what --write-config-to writes: the real
+// fixtures of config/testdata (kubeadm's, kind's, every field) as the config
+// package's golden files, through both command forms, and the resolved
+// file+flags as testdata/proxy goldens.
+func TestWriteConfigToGolden(t *testing.T) {
+	fixtures, err := filepath.Glob("../../config/testdata/v1alpha1/*.yaml")
+	if err != nil || len(fixtures) < 3 {
+		t.Fatalf("found %d fixtures (%v), want kubeadm's, kind's and every-field", len(fixtures), err)
+	}
+	for _, in := range fixtures {
+		name := strings.TrimSuffix(filepath.Base(in), ".yaml")
+		want, err := os.ReadFile(filepath.Join("../../config/testdata/golden", name+".v1alpha2.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, prefix := range [][]string{{"proxy"}, nil} {
+			t.Run(name+"/"+strings.Join(append([]string{"kpng"}, prefix...), " "), func(t *testing.T) {
+				out := filepath.Join(t.TempDir(), "out.yaml")
+				args := append(slices.Clone(prefix), "--config", in, "--write-config-to", out)
+				if err := runCommand(context.Background(), testRoot(failingDeps(t)), args...); err != nil {
+					t.Fatal(err)
+				}
+				got, err := os.ReadFile(out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, want) {
+					t.Errorf("kpng %q wrote:\n%s\nwant config/testdata/golden/%s.v1alpha2.yaml", args, got, name)
+				}
+			})
+		}
+	}
+
+	// Flags are part of what is written.
+	cases := []struct {
+		golden string
+		args   []string
+	}{
+		{golden: "kubeadm-nftables-flags.v1alpha2.yaml", args: []string{"--config", "../../config/testdata/v1alpha1/kubeadm-default.yaml",
+			"--proxy-mode", "nftables", "--masquerade-all", "--cluster-cidr", "10.244.0.0/16", "--iptables-min-sync-period", "250ms", "--hostname-override", "Node-1"}},
+		{golden: "no-file-flags.v1alpha2.yaml", args: []string{"--proxy-mode", "nftables", "--kubeconfig", "/etc/kpng/kubeconfig", "--nodeport-addresses", "primary",
+			"--conntrack-max-per-core", "0", "--metrics-bind-address", "0.0.0.0:10249"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.golden, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out.yaml")
+			args := append([]string{"proxy"}, append(tc.args, "--write-config-to", out)...)
+			if err := runCommand(context.Background(), testRoot(failingDeps(t)), args...); err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := filepath.Join("testdata", "proxy", tc.golden)
+			if *update {
+				if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./cmd/kpng -run TestWriteConfigToGolden -update)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("kpng %q wrote (run with -update if intended):\n%s", args, got)
+			}
+		})
+	}
+}
+
+func TestBareKpngPrintsHelp(t *testing.T) {
+	root := testRoot(failingDeps(t))
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetArgs(nil)
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "Usage:") {
+		t.Errorf("bare kpng printed %q, want help", out.String())
+	}
+}
+
+func TestBackendForMode(t *testing.T) {
+	cases := []struct {
+		mode    config.ProxyMode
+		want    string
+		wantErr string
+	}{
+		{mode: config.ProxyModeNFTables, want: "nft"},
+		{mode: config.ProxyModeIPTables, want: "iptables"},
+		{mode: "", want: "iptables"},
+		{mode: config.ProxyModeIPVS, wantErr: "no ipvs backend"},
+		{mode: config.ProxyModeKernelspace, wantErr: "Windows"},
+		{mode: "userspace", wantErr: "unknown proxy mode"},
+	}
+	for _, tc := range cases {
+		got, err := backendForMode(tc.mode)
+		if got != tc.want || (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("backendForMode(%q) = %q, %v; want %q, error containing %q", tc.mode, got, err, tc.want, tc.wantErr)
+		}
+	}
+	none := func(string) (backend.Registration, bool) { return backend.Registration{}, false }
+	_, err := lookupBackend(config.ProxyModeNFTables, none)
+	if err == nil || !strings.Contains(err.Error(), `needs the "nft" backend`) || !strings.Contains(err.Error(), "does not include") {
+		t.Errorf("lookupBackend with no backend: %v", err)
+	}
+}
+
+// fakePlugin is a backend with the flags its test gives it; it records the
+// flags it was opened with and the states it was asked to sync.
+type fakePlugin struct {
+	flagNames []string
+	values    map[string]*string
+	bit       int
+	hasBit    bool
+
+	mu     sync.Mutex
+	env    backend.Env
+	opened map[string]string
+	syncs  chan *backend.State
+	opts   backend.Options
+}
+
+func newFakePlugin(flags ...string) *fakePlugin {
+	return &fakePlugin{flagNames: flags, values: map[string]*string{}, syncs: make(chan *backend.State, 100)}
+}
+
+func (p *fakePlugin) BindFlags(fs *pflag.FlagSet) {
+	for _, name := range p.flagNames {
+		if name == "masquerade-bit" { // a typed flag, which rejects bad values
+			p.hasBit = true
+			fs.IntVar(&p.bit, name, 14, "")
+			continue
+		}
+		p.values[name] = fs.String(name, "backend-default", "")
+	}
+}
+
+func (p *fakePlugin) Open(_ context.Context, env backend.Env) (backend.Backend, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.env = env
+	p.opened = map[string]string{}
+	for name, v := range p.values {
+		p.opened[name] = *v
+	}
+	return p, nil
+}
+
+func (p *fakePlugin) RunOptions() backend.Options {
+	return backend.Options{MinSyncPeriod: time.Hour, ResyncPeriod: time.Hour, RetryPeriod: 3 * time.Second}
+}
+
+func (p *fakePlugin) Sync(_ context.Context, state *backend.State, _ backend.Changes) error {
+	copied := *state
+	p.syncs <- &copied
+	return nil
+}
+
+// nftFlags are the flags the nft backend has (kube-proxy's names).
+var nftFlags = []string{"table", "nodeport-addresses", "masquerade-all", "cluster-cidr", "detect-local-mode", "pod-bridge-interface",
+	"pod-interface-name-prefix", "min-sync-period", "sync-period", "healthz-bind-address", "metrics-bind-address"}
+
+func TestConfigureBackend(t *testing.T) {
+	load := func(doc string) *config.KubeProxyConfiguration {
+		t.Helper()
+		l, err := config.Load([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Config
+	}
+	t.Run("nftables mode sets the nft flags from the configuration", func(t *testing.T) {
+		p := newFakePlugin(nftFlags...)
+		fs := pflag.NewFlagSet("to-nft", pflag.ContinueOnError)
+		p.BindFlags(fs)
+		c := load(v1alpha2Header + "mode: nftables\nlinux: {masqueradeAll: true}\ndetectLocal: {clusterCIDRs: [10.0.0.0/8, fd00::/48]}\nnodePortAddresses: [primary]\nhealthzBindAddress: 127.0.0.1:1234\nminSyncPeriod: 3s\n")
+		set, warnings, err := configureBackend("nft", fs, c)
+		if err != nil || len(warnings) > 0 {
+			t.Fatalf("configureBackend: %v, warnings %q", err, warnings)
+		}
+		want := map[string]string{
+			"table": "backend-default", "nodeport-addresses": "primary", "masquerade-all": "true", "cluster-cidr": "10.0.0.0/8,fd00::/48",
+			"detect-local-mode": "ClusterCIDR", "pod-bridge-interface": "backend-default", "pod-interface-name-prefix": "backend-default",
+			"min-sync-period": "3s", "sync-period": "30s", "healthz-bind-address": "127.0.0.1:1234", "metrics-bind-address": "",
+		}
+		for name, v := range want {
+			if got := *p.values[name]; got != v {
+				t.Errorf("--%s = %q, want %q", name, got, v)
+			}
+		}
+		if !slices.Contains(set, "--masquerade-all=true") {
+			t.Errorf("set = %q", set)
+		}
+	})
+	t.Run("iptables mode also sets the masquerade bit and localhost node ports", func(t *testing.T) {
+		p := newFakePlugin(append(slices.Clone(nftFlags), "masquerade-bit", "localhost-nodeports")...)
+		fs := pflag.NewFlagSet("to-iptables", pflag.ContinueOnError)
+		p.BindFlags(fs)
+		if _, _, err := configureBackend("iptables", fs, load(v1alpha1Header+"iptables: {masqueradeBit: 3}\n")); err != nil {
+			t.Fatal(err)
+		}
+		if p.bit != 3 || *p.values["localhost-nodeports"] != "true" {
+			t.Errorf("masquerade-bit %d, localhost-nodeports %q; want 3 and v1alpha1's default true", p.bit, *p.values["localhost-nodeports"])
+		}
+	})
+	t.Run("a setting the backend lacks is an error with configHardFail", func(t *testing.T) {
+		p := newFakePlugin(nftFlags...)
+		fs := pflag.NewFlagSet("to-nft", pflag.ContinueOnError)
+		p.BindFlags(fs)
+		_, _, err := configureBackend("nft", fs, load(v1alpha2Header+"mode: nftables\nnftables: {masqueradeBit: 5}\n"))
+		if err == nil || !strings.Contains(err.Error(), "nftables.masqueradeBit") || !strings.Contains(err.Error(), "--masquerade-bit") {
+			t.Errorf("err = %v, want one naming nftables.masqueradeBit and --masquerade-bit", err)
+		}
+	})
+	t.Run("a setting the backend lacks is a warning without configHardFail", func(t *testing.T) {
+		p := newFakePlugin(nftFlags...)
+		fs := pflag.NewFlagSet("to-nft", pflag.ContinueOnError)
+		p.BindFlags(fs)
+		_, warnings, err := configureBackend("nft", fs, load(v1alpha2Header+"configHardFail: false\nmode: nftables\nnftables: {masqueradeBit: 5}\n"))
+		if err != nil || len(warnings) != 1 || !strings.Contains(warnings[0], "nftables.masqueradeBit") {
+			t.Errorf("err %v, warnings %q", err, warnings)
+		}
+	})
+	t.Run("a default setting the backend lacks is no problem, nor are the runner's", func(t *testing.T) {
+		p := newFakePlugin("table")
+		fs := pflag.NewFlagSet("to-x", pflag.ContinueOnError)
+		p.BindFlags(fs)
+		_, warnings, err := configureBackend("x", fs, load(v1alpha2Header+"mode: nftables\nsyncPeriod: 1m\n"))
+		if err != nil || len(warnings) > 0 {
+			t.Errorf("err %v, warnings %q", err, warnings)
+		}
+	})
+	t.Run("a value the backend rejects is an error", func(t *testing.T) {
+		p := newFakePlugin("masquerade-bit")
+		fs := pflag.NewFlagSet("to-x", pflag.ContinueOnError)
+		p.BindFlags(fs)
+		c := load(v1alpha2Header + "mode: iptables\n")
+		fs.Lookup("masquerade-bit").Value = rejectingValue{}
+		_, _, err := configureBackend("x", fs, c)
+		if err == nil || !strings.Contains(err.Error(), "rejects --masquerade-bit") {
+			t.Errorf("err = %v", err)
+		}
+	})
+}
+
+type rejectingValue struct{}
+
+func (rejectingValue) String() string   { return "" }
+func (rejectingValue) Set(string) error { return errors.New("no") }
+func (rejectingValue) Type() string     { return "int" }
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestProxyRunsTheModesBackend runs kpng proxy end to end in process, with
+// the file source standing in for the API server and a fake backend: the
+// mode picks the backend, the configuration reaches its flags and the
+// runner, the node is hostnameOverride, the view reaches Sync, host set-up
+// runs once, and /configz serves the configuration.
+func TestProxyRunsTheModesBackend(t *testing.T) {
+	metricsAddr := freePort(t)
+	cfgFile := writeFile(t, "kp.yaml", v1alpha1Header+`mode: nftables
+hostnameOverride: node-1
+clusterCIDR: 10.244.0.0/16
+nftables: {minSyncPeriod: 2s, syncPeriod: 45s, masqueradeAll: true}
+metricsBindAddress: `+metricsAddr+"\n")
+	plugin := newFakePlugin(nftFlags...)
+	var looked []string
+	var setups int
+	var sourceNode string
+	deps := proxyDeps{
+		lookup: func(name string) (backend.Registration, bool) {
+			looked = append(looked, name)
+			return backend.Registration{Name: name, New: func() backend.Plugin { return plugin }}, true
+		},
+		source: func(c *config.KubeProxyConfiguration, master, node string) (stage, error) {
+			sourceNode = node
+			return &file.Source{Path: "../../examples/cluster.yaml"}, nil
+		},
+		setupHost: func(context.Context, *config.KubeProxyConfiguration) error { setups++; return nil },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- runCommand(ctx, testRoot(deps), "proxy", "--config", cfgFile, "--master", "https://192.0.2.1:6443")
+	}()
+
+	var state *backend.State
+	select {
+	case state = <-plugin.syncs:
+	case err := <-done:
+		t.Fatalf("kpng proxy ended before syncing: %v", err)
+	}
+
+	// /configz answers while the proxy runs.
+	resp, err := http.Get("http://" + metricsAddr + "/configz")
+	if err != nil {
+		t.Fatalf("GET /configz: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var configz map[string]json.RawMessage
+	if err := json.Unmarshal(body, &configz); err != nil {
+		t.Fatalf("/configz: %v\n%s", err, body)
+	}
+	served, err := config.Load(configz["kubeproxy.config.k8s.io"])
+	if err != nil {
+		t.Fatalf("/configz does not hold a configuration: %v\n%s", err, body)
+	}
+	if served.APIVersion != "kubeproxy.config.k8s.io/v1alpha2" || served.Config.Mode != config.ProxyModeNFTables || served.Config.SyncPeriod != 45*time.Second {
+		t.Errorf("/configz served %s", body)
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("kpng proxy: %v", err)
+	}
+	if !slices.Equal(looked, []string{"nft"}) || setups != 1 || sourceNode != "node-1" {
+		t.Errorf("looked up %q, host set up %d times, source node %q", looked, setups, sourceNode)
+	}
+	if plugin.env.NodeName != "node-1" || state.NodeName != "node-1" || len(state.Services) == 0 {
+		t.Errorf("opened for %q; synced node %q with %d services", plugin.env.NodeName, state.NodeName, len(state.Services))
+	}
+	for name, want := range map[string]string{"masquerade-all": "true", "cluster-cidr": "10.244.0.0/16", "min-sync-period": "2s", "sync-period": "45s", "metrics-bind-address": ""} {
+		if got := plugin.opened[name]; got != want {
+			t.Errorf("backend opened with --%s=%q, want %q", name, got, want)
+		}
+	}
+}
+
+func TestProxyCleanup(t *testing.T) {
+	file := writeFile(t, "kp.yaml", v1alpha2Header+"mode: nftables\n")
+	plugin := newFakePlugin(nftFlags...)
+	deps := failingDeps(t)
+	deps.lookup = func(name string) (backend.Registration, bool) {
+		return backend.Registration{Name: name, New: func() backend.Plugin { return plugin }}, true
+	}
+	err := runCommand(context.Background(), testRoot(deps), "proxy", "--config", file, "--cleanup")
+	if err == nil || !strings.Contains(err.Error(), "cannot clean up") {
+		t.Errorf("err = %v, want the backend's inability to clean up", err)
+	}
+}
