@@ -203,10 +203,18 @@ func (tx *Tx) DeleteServiceCIDR(name string) {
 // only if the batch changed the content. Readers never see half a batch.
 func (s *Store) Update(fn func(tx *Tx)) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	tx := &Tx{s: s}
+	// Even if fn panics: its writes so far are in the maps, so they get a
+	// revision and a log entry like any other, and the lock is released.
+	defer tx.commit()
 	fn(tx)
+}
+
+// commit gives the batch's changes, if any, a revision and logs them.
+func (tx *Tx) commit() {
+	s := tx.s
 	if len(tx.changes) == 0 {
-		s.mu.Unlock()
 		return
 	}
 	s.rev++
@@ -219,7 +227,6 @@ func (s *Store) Update(fn func(tx *Tx)) {
 		}
 	}
 	s.wakeLocked()
-	s.mu.Unlock()
 }
 
 // MarkSynced says the source has delivered a complete state; consumers wait

@@ -581,3 +581,32 @@ func BenchmarkUpdateOneSlice(b *testing.B) {
 		}
 	})
 }
+
+// A batch that panics (a source's bug, e.g. writing a nil object) and is
+// recovered must not leave the store locked, nor leave the writes it made
+// before panicking in the store unannounced.
+func TestUpdateThatPanicsLeavesTheStoreUsable(t *testing.T) {
+	s := NewStore()
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("SetService(nil) did not panic")
+			}
+		}()
+		s.Update(func(tx *Tx) {
+			tx.SetService(svc("ns", "a", "10.0.0.1"))
+			tx.SetService(nil)
+		})
+	}()
+	if !s.mu.TryLock() {
+		t.Fatal("the store is still locked after a batch panicked")
+	}
+	s.mu.Unlock()
+	if got, complete := changesSince(s, 0); !complete || !slices.Equal(got, []Change{{1, ServiceChanged, "ns/a"}}) {
+		t.Fatalf("changes %v (complete %v): the write made before the panic is not logged", got, complete)
+	}
+	s.Update(func(tx *Tx) { tx.SetService(svc("ns", "b", "10.0.0.2")) })
+	if got := revision(s); got != 2 {
+		t.Fatalf("revision %d, want 2", got)
+	}
+}
