@@ -231,8 +231,10 @@ func servicePart(e *env, se *localv1.ServiceEndpoints) *part {
 				continue
 			}
 			x := &endpoint{ip: ip, port: ep.Port}
-			eb := endpointBaseName(svc.Namespace, svc.Name, proto, port.Name, ip, ep.Port)
-			x.chain, x.set = endpointChainPrefix+eb, affinitySetPrefix+eb
+			if affinity { // endpoint chains exist only for affinity
+				eb := endpointBaseName(svc.Namespace, svc.Name, proto, port.Name, ip, ep.Port)
+				x.chain, x.set = endpointChainPrefix+eb, affinitySetPrefix+eb
+			}
 			if ep.InClusterSet {
 				cluster = append(cluster, x)
 			}

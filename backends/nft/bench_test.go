@@ -1,0 +1,89 @@
+package nft
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/kpng/kpng/api/localv1"
+	"github.com/kpng/kpng/backend"
+)
+
+// discard accepts every transaction without applying it: the benchmarks
+// measure what this backend does (computing the transaction), not nft.
+type discard struct{ *knftables.Fake }
+
+func (discard) Run(context.Context, *knftables.Transaction) error { return nil }
+
+// benchState is n services of eps endpoints each (IPv4).
+func benchState(n, eps int) *backend.State {
+	st := backend.NewState("node-a")
+	st.Node = testNode
+	st.ServiceCIDRs = []string{"10.96.0.0/12"}
+	for i := range n {
+		se := benchService(i, eps, 0)
+		st.Services[backend.KeyOf(se)] = se
+	}
+	return st
+}
+
+// benchService is service i; gen changes the address of its first endpoint.
+func benchService(i, eps, gen int) *localv1.ServiceEndpoints {
+	se := service("bench", fmt.Sprintf("svc-%d", i), fmt.Sprintf("10.%d.%d.%d", 96+i/65536, i/256%256, i%256),
+		port("http", tcp, 80, 0, true))
+	for j := range eps {
+		ip := fmt.Sprintf("10.%d.%d.%d", 128+j, i/256%256, i%256)
+		if j == 0 && gen > 0 {
+			ip = fmt.Sprintf("10.%d.%d.%d", 160+gen%32, i/256%256, i%256)
+		}
+		ep("http", tcp, ip, 8080, "cluster")(se)
+	}
+	return se
+}
+
+func benchBackend() *Backend {
+	fake := knftables.NewFake(knftables.IPv4Family, "kpng")
+	empty := func(context.Context) (*snapshot, error) { return newSnapshot(), nil }
+	return NewBackend(testConfig(), newTable(ipv4, discard{fake}, empty))
+}
+
+// BenchmarkFullSync: the first sync of 10,000 services of 10 endpoints:
+// building the whole ruleset and its transaction.
+func BenchmarkFullSync(b *testing.B) {
+	st := benchState(10000, 10)
+	b.ReportAllocs()
+	ops := 0
+	for b.Loop() {
+		be := benchBackend()
+		if err := be.Sync(context.Background(), st, backend.Changes{Reset: true}); err != nil {
+			b.Fatal(err)
+		}
+		ops = be.Last[0].Operations
+	}
+	b.ReportMetric(float64(ops), "nft-ops/sync")
+}
+
+// BenchmarkOneEndpointChange: at 10,000 services of 10 endpoints, one
+// endpoint of one service changes.
+func BenchmarkOneEndpointChange(b *testing.B) {
+	st := benchState(10000, 10)
+	be := benchBackend()
+	if err := be.Sync(context.Background(), st, backend.Changes{Reset: true}); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	ops, gen := 0, 0
+	for b.Loop() {
+		gen++
+		se := benchService(gen%10000, 10, gen)
+		k := backend.KeyOf(se)
+		st.Services[k] = se
+		if err := be.Sync(context.Background(), st, backend.Changes{Set: []backend.ServiceKey{k}}); err != nil {
+			b.Fatal(err)
+		}
+		ops = be.Last[0].Operations
+	}
+	b.ReportMetric(float64(ops), "nft-ops/sync")
+}
