@@ -238,15 +238,6 @@ func TestServices(t *testing.T) {
 			}
 		})
 
-		t.Run("NodePort/bridge-address", func(t *testing.T) {
-			// With no --nodeport-addresses, node ports are open on every
-			// address of the node, the pod bridge's included.
-			for _, fam := range families {
-				dial := dialer(&podB.Host, netlab.TCP, netip.AddrPortFrom(gateway(n1, fam), npCluster), answerTimeout)
-				netlab.Eventually(t, settle, dial, netlab.Answered("pod-a", "pod-c"))
-			}
-		})
-
 		t.Run("NodePort/ETP-Local", func(t *testing.T) {
 			// Local policy: each node sends to its own endpoints only, and
 			// the pod sees the client's own address.
@@ -319,7 +310,7 @@ func TestServices(t *testing.T) {
 						}
 					}
 					var body struct {
-						Service struct{ Namespace, Name string }
+						Service        struct{ Namespace, Name string }
 						LocalEndpoints int `json:"localEndpoints"`
 					}
 					if r.Outcome != netlab.OK || r.Status != tc.status || json.Unmarshal([]byte(r.Body), &body) != nil ||
@@ -524,28 +515,46 @@ func TestMasqueradeAll(t *testing.T) {
 	})
 }
 
-// TestNodePortAddresses: with --nodeport-addresses limited to the node
-// network, node ports answer on node IPs but not on the pod bridge's
-// address (which they do without the flag: see TestServices/NodePort).
+// TestNodePortAddresses: node ports answer on the addresses
+// --nodeport-addresses selects. Every address of the node (0.0.0.0/0, ::/0)
+// includes the pod bridge's; the node network's CIDRs and "primary" do not.
+// (Its default differs between kube-proxy's modes: primary for nftables,
+// every address for iptables; so each case sets it.)
 func TestNodePortAddresses(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b netlab.Backend) {
-		var np *corev1.Service
-		cfg := defaultConfig()
-		cfg.NodePortAddresses = []string{"192.168.77.0/24", "fd00:77::/64"}
-		c := startCluster(t, b, cfg, func(l *netlab.Lab, s *netlab.State) {
-			np = s.AddService("np", netlab.TCPPort("tcp", 80, targetPort))
-			nodePorts(np, npCluster)
-			s.SetEndpoints(np, netlab.Ready(l.Pod("pod-c"))...)
-		})
-		n1 := c.node("node-1")
-		for _, fam := range families {
-			netlab.Eventually(t, settle, dialer(c.lab.External, netlab.TCP, netip.AddrPortFrom(n1.Addr(fam), npCluster), answerTimeout), netlab.Answered("pod-c"))
-			bridge := netip.AddrPortFrom(gateway(n1, fam), npCluster)
-			for range 3 {
-				if r := c.pod("pod-b").Dial(netlab.TCP, bridge, dropTimeout); r.Outcome == netlab.OK {
-					t.Fatalf("%s: node port on the bridge address %s answered: %v", ipv(fam), bridge, r)
+		for _, tc := range []struct {
+			name      string
+			addresses []string
+			bridge    bool // the node port answers on the bridge address
+		}{
+			{"all", []string{"0.0.0.0/0", "::/0"}, true},
+			{"node-network", []string{"192.168.77.0/24", "fd00:77::/64"}, false},
+			{"primary", []string{"primary"}, false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				var np *corev1.Service
+				cfg := defaultConfig()
+				cfg.NodePortAddresses = tc.addresses
+				c := startCluster(t, b, cfg, func(l *netlab.Lab, s *netlab.State) {
+					np = s.AddService("np", netlab.TCPPort("tcp", 80, targetPort))
+					nodePorts(np, npCluster)
+					s.SetEndpoints(np, netlab.Ready(l.Pod("pod-c"))...)
+				})
+				n1, podB := c.node("node-1"), c.pod("pod-b")
+				for _, fam := range families {
+					netlab.Eventually(t, settle, dialer(c.lab.External, netlab.TCP, netip.AddrPortFrom(n1.Addr(fam), npCluster), answerTimeout), netlab.Answered("pod-c"))
+					bridge := netip.AddrPortFrom(gateway(n1, fam), npCluster)
+					if tc.bridge {
+						expectOnly(t, 3, dialer(&podB.Host, netlab.TCP, bridge, answerTimeout), netlab.OK, "pod-c")
+						continue
+					}
+					for range 3 {
+						if r := podB.Dial(netlab.TCP, bridge, dropTimeout); r.Outcome == netlab.OK {
+							t.Fatalf("%s: node port on the bridge address %s answered: %v", ipv(fam), bridge, r)
+						}
+					}
 				}
-			}
+			})
 		}
 	})
 }
