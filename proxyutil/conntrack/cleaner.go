@@ -40,6 +40,8 @@ import (
 type Cleaner struct {
 	family localv1.IPFamily
 	handle *netlink.Handle
+	// filter follows the synced state through OnSync.
+	filter *Filter
 	// SCTP also cleans SCTP service ports (kube-proxy 1.36 cleans UDP only).
 	SCTP bool
 }
@@ -97,12 +99,22 @@ func NeedsCleanup(family localv1.IPFamily, state *backend.State, ch backend.Chan
 }
 
 // OnSync is a backend.Options.OnSync hook: it cleans after a successful
-// sync that needs it (see NeedsCleanup), and logs a failure.
+// sync that needs it (see NeedsCleanup), and logs a failure. Its filter
+// follows the changes, so a sync that changed one service costs one
+// service's work plus the table dump, whatever the number of services.
 func (c *Cleaner) OnSync(res backend.SyncResult) {
-	if res.Err != nil || !NeedsCleanup(c.family, res.State, res.Changes, c.SCTP) {
+	if res.Err != nil {
 		return
 	}
-	if _, err := c.Clean(res.State); err != nil {
+	if c.filter == nil {
+		c.filter = NewFilter(res.State, c.family, c.SCTP)
+	} else {
+		c.filter.Update(res.State, res.Changes)
+	}
+	if !NeedsCleanup(c.family, res.State, res.Changes, c.SCTP) {
+		return
+	}
+	if _, err := c.clean(c.filter); err != nil {
 		klog.ErrorS(err, "Failed to clean stale conntrack entries", "ipFamily", metrics.FamilyLabel(c.family))
 	}
 }
@@ -115,9 +127,12 @@ const maxAttempts = 3
 // (again only if the kernel interrupted the dump), and records kube-proxy's
 // conntrack_reconciler metrics.
 func (c *Cleaner) Clean(state *backend.State) (Result, error) {
+	return c.clean(NewFilter(state, c.family, c.SCTP))
+}
+
+func (c *Cleaner) clean(filter *Filter) (Result, error) {
 	start := time.Now()
 	label := metrics.FamilyLabel(c.family)
-	filter := NewFilter(state, c.family, c.SCTP)
 	var res Result
 	var err error
 	if !filter.Empty() {

@@ -27,61 +27,119 @@ type target struct {
 // Service ports without any serving endpoint are left alone, as kube-proxy
 // does. It implements netlink.CustomConntrackFilter.
 type Filter struct {
-	services map[target]map[netip.AddrPort]bool
-	// node ports, by protocol and port (the address is left zero)
-	nodePorts map[target]map[netip.AddrPort]bool
+	family localv1.IPFamily
+	sctp   bool
+	// service IP:port and node port (address left zero) targets, by
+	// protocol, with the serving endpoints their flows may reply from
+	services  map[target]*epSet
+	nodePorts map[target]*epSet
+	// what each entry put in the maps, to take it out again
+	owned map[backend.ServiceKey][]owned
+}
+
+type epSet struct{ eps map[netip.AddrPort]bool }
+
+type owned struct {
+	nodePort bool
+	t        target
+	set      *epSet
 }
 
 // NewFilter builds the filter for family from state. With sctp, SCTP
 // service ports are handled as UDP ones (kube-proxy 1.36 handles UDP only).
 func NewFilter(state *backend.State, family localv1.IPFamily, sctp bool) *Filter {
-	f := &Filter{services: map[target]map[netip.AddrPort]bool{}, nodePorts: map[target]map[netip.AddrPort]bool{}}
+	f := &Filter{family: family, sctp: sctp, services: map[target]*epSet{}, nodePorts: map[target]*epSet{}, owned: map[backend.ServiceKey][]owned{}}
 	for k, se := range state.Services {
-		if k.Family != family {
-			continue
-		}
-		svc := se.Service
-		for _, p := range svc.Ports {
-			var proto uint8
-			switch {
-			case p.Protocol == localv1.Protocol_UDP:
-				proto = unix.IPPROTO_UDP
-			case p.Protocol == localv1.Protocol_SCTP && sctp:
-				proto = unix.IPPROTO_SCTP
-			default:
-				continue
-			}
-			eps := map[netip.AddrPort]bool{}
-			for _, ep := range se.Endpoints {
-				if ep.PortName != p.Name || ep.Protocol != p.Protocol || !(ep.Serving || ep.Ready) {
-					continue
-				}
-				if ip, err := netip.ParseAddr(ep.Ip); err == nil {
-					eps[netip.AddrPortFrom(ip.Unmap(), uint16(ep.Port))] = true
-				}
-			}
-			if len(eps) == 0 {
-				continue
-			}
-			add := func(ip string) {
-				if a, err := netip.ParseAddr(ip); err == nil {
-					f.services[target{proto, netip.AddrPortFrom(a.Unmap(), uint16(p.Port))}] = eps
-				}
-			}
-			add(svc.ClusterIp)
-			for _, ip := range svc.ExternalIps {
-				add(ip)
-			}
-			for _, ip := range svc.LoadBalancerIps {
-				add(ip)
-			}
-			if p.NodePort != 0 {
-				// Any destination address: node ports answer on many.
-				f.nodePorts[target{proto, netip.AddrPortFrom(netip.Addr{}, uint16(p.NodePort))}] = eps
-			}
-		}
+		f.set(k, se)
 	}
 	return f
+}
+
+// Update follows the changes of a sync: work proportional to the entries
+// changed, or a rebuild on a Reset.
+func (f *Filter) Update(state *backend.State, ch backend.Changes) {
+	if ch.Reset {
+		*f = *NewFilter(state, f.family, f.sctp)
+		return
+	}
+	for _, k := range ch.Deleted {
+		f.remove(k)
+	}
+	for _, k := range ch.Set {
+		if se := state.Services[k]; se != nil {
+			f.set(k, se)
+		} else {
+			f.remove(k)
+		}
+	}
+}
+
+func (f *Filter) remove(k backend.ServiceKey) {
+	for _, o := range f.owned[k] {
+		m := f.services
+		if o.nodePort {
+			m = f.nodePorts
+		}
+		if m[o.t] == o.set { // not taken over by another entry since
+			delete(m, o.t)
+		}
+	}
+	delete(f.owned, k)
+}
+
+func (f *Filter) set(k backend.ServiceKey, se *localv1.ServiceEndpoints) {
+	f.remove(k)
+	if k.Family != f.family {
+		return
+	}
+	var mine []owned
+	svc := se.Service
+	for _, p := range svc.Ports {
+		var proto uint8
+		switch {
+		case p.Protocol == localv1.Protocol_UDP:
+			proto = unix.IPPROTO_UDP
+		case p.Protocol == localv1.Protocol_SCTP && f.sctp:
+			proto = unix.IPPROTO_SCTP
+		default:
+			continue
+		}
+		set := &epSet{eps: map[netip.AddrPort]bool{}}
+		for _, ep := range se.Endpoints {
+			if ep.PortName != p.Name || ep.Protocol != p.Protocol || !(ep.Serving || ep.Ready) {
+				continue
+			}
+			if ip, err := netip.ParseAddr(ep.Ip); err == nil {
+				set.eps[netip.AddrPortFrom(ip.Unmap(), uint16(ep.Port))] = true
+			}
+		}
+		if len(set.eps) == 0 {
+			continue
+		}
+		add := func(ip string) {
+			if a, err := netip.ParseAddr(ip); err == nil {
+				t := target{proto, netip.AddrPortFrom(a.Unmap(), uint16(p.Port))}
+				f.services[t] = set
+				mine = append(mine, owned{t: t, set: set})
+			}
+		}
+		add(svc.ClusterIp)
+		for _, ip := range svc.ExternalIps {
+			add(ip)
+		}
+		for _, ip := range svc.LoadBalancerIps {
+			add(ip)
+		}
+		if p.NodePort != 0 {
+			// Any destination address: node ports answer on many.
+			t := target{proto, netip.AddrPortFrom(netip.Addr{}, uint16(p.NodePort))}
+			f.nodePorts[t] = set
+			mine = append(mine, owned{nodePort: true, t: t, set: set})
+		}
+	}
+	if len(mine) > 0 {
+		f.owned[k] = mine
+	}
 }
 
 // Empty reports whether no flow can match: the cleanup can skip listing
@@ -99,10 +157,10 @@ func (f *Filter) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
 	if !ok {
 		return false
 	}
-	if eps, ok := f.services[target{proto, dst}]; ok && !eps[replySrc] {
+	if set, ok := f.services[target{proto, dst}]; ok && !set.eps[replySrc] {
 		return true
 	}
-	if eps, ok := f.nodePorts[target{proto, netip.AddrPortFrom(netip.Addr{}, dst.Port())}]; ok && !eps[replySrc] {
+	if set, ok := f.nodePorts[target{proto, netip.AddrPortFrom(netip.Addr{}, dst.Port())}]; ok && !set.eps[replySrc] {
 		return true
 	}
 	return false

@@ -1,11 +1,13 @@
 package conntrack
 
 import (
+	"maps"
 	"net"
 	"testing"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
@@ -158,4 +160,56 @@ func TestNeedsCleanup(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sameFilter compares two filters' decisions, target by target.
+func sameFilter(t *testing.T, got, want *Filter) {
+	t.Helper()
+	for _, m := range []struct {
+		name      string
+		got, want map[target]*epSet
+	}{{"services", got.services, want.services}, {"node ports", got.nodePorts, want.nodePorts}} {
+		if len(m.got) != len(m.want) {
+			t.Errorf("%s: %d targets, want %d", m.name, len(m.got), len(m.want))
+		}
+		for tg, w := range m.want {
+			g := m.got[tg]
+			if g == nil || !maps.Equal(g.eps, w.eps) {
+				t.Errorf("%s %v: endpoints %v, want %v", m.name, tg, g, w.eps)
+			}
+		}
+	}
+}
+
+func TestFilterUpdateMatchesRebuild(t *testing.T) {
+	v4 := localv1.IPFamily_IPV4
+	st := testState()
+	f := NewFilter(st, v4, false)
+	dns := backend.ServiceKey{Namespace: "ns", Name: "dns", Family: v4}
+	empty := backend.ServiceKey{Namespace: "ns", Name: "empty", Family: v4}
+
+	// dns loses its ready endpoint and its external IP; empty gains one.
+	d := proto.Clone(st.Services[dns]).(*localv1.ServiceEndpoints)
+	d.Service.ExternalIps = nil
+	d.Endpoints = d.Endpoints[1:]
+	st.Services[dns] = d
+	e := proto.Clone(st.Services[empty]).(*localv1.ServiceEndpoints)
+	e.Endpoints = []*localv1.Endpoint{ep("dns", "10.1.0.9", 5353, true, true)}
+	st.Services[empty] = e
+	f.Update(st, backend.Changes{Set: []backend.ServiceKey{dns, empty}})
+	sameFilter(t, f, NewFilter(st, v4, false))
+	if f.MatchConntrackFlow(flow(unix.IPPROTO_UDP, "10.2.0.1", "192.0.2.50", 53, "10.1.0.99", 5353)) {
+		t.Errorf("the removed external IP still matches")
+	}
+	if !f.MatchConntrackFlow(flow(unix.IPPROTO_UDP, "10.2.0.1", "10.96.0.20", 53, "10.1.0.8", 5353)) {
+		t.Errorf("the service that gained an endpoint does not match")
+	}
+
+	// Deletion, then a reset.
+	delete(st.Services, dns)
+	f.Update(st, backend.Changes{Deleted: []backend.ServiceKey{dns}})
+	sameFilter(t, f, NewFilter(st, v4, false))
+	st.Services[dns] = testState().Services[dns]
+	f.Update(st, backend.Changes{Reset: true})
+	sameFilter(t, f, NewFilter(st, v4, false))
 }
