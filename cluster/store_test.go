@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/kpng/kpng/api/globalv1"
 )
 
@@ -573,8 +575,9 @@ func BenchmarkUpdateOneSlice(b *testing.B) {
 		b.ReportAllocs()
 		s.Update(func(tx *Tx) { tx.SetEndpointSlice(versions[1]) })
 		start := revision(s)
+		same := proto.Clone(versions[1]).(*globalv1.EndpointSlice) // equal content, another object, as a source sends it
 		for b.Loop() {
-			s.Update(func(tx *Tx) { tx.SetEndpointSlice(versions[1]) })
+			s.Update(func(tx *Tx) { tx.SetEndpointSlice(same) })
 		}
 		if revision(s) != start {
 			b.Fatal("an identical write moved the revision")
