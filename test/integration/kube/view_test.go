@@ -125,6 +125,7 @@ func TestLocalViewFollowsTheAPI(t *testing.T) {
 	// Relabelled for another proxy: gone from this proxy's view, and from
 	// its store; kept without a flap by the proxy it now belongs to.
 	hRev = h.last().Revision
+	mine.waitFor("the other proxy's view caught up", func(d delivery) bool { return d.Services[web4] != nil && len(d.endpoints(web4)) == 0 })
 	mineBefore := mine.store.Stats()
 	mineViews := len(mine.all())
 	o.updateService("web", func(s *corev1.Service) { s.Labels[cluster.LabelServiceProxyName] = "other-proxy" })
@@ -153,7 +154,7 @@ func TestLocalViewFollowsTheAPI(t *testing.T) {
 		t.Errorf("headless Service in the store: service %v, %d slices", svc, n)
 	}
 
-	mineRev = mine.last().Revision
+	mineRev = mine.waitFor("the marker", func(d delivery) bool { return len(d.endpoints(key("marker", v4))) == 1 }).Revision
 	o.deleteService("web")
 	mine.expectNext("web deleted", mineRev, func(d delivery) bool { return d.Services[web4] == nil },
 		"deleted default/web/v4", "deleted default/web/v6")
