@@ -53,9 +53,12 @@ func lookupBackend(mode config.ProxyMode, lookup func(string) (backend.Registrat
 // backendSetting is a configuration field passed to a backend as one of its
 // flags (kube-proxy's flag names).
 type backendSetting struct {
-	flag  string // the backend's flag
-	field string // the v1alpha2 field it comes from, for messages
-	value string
+	flag string // the backend's flag
+	// aliases are other names the flag may have (kube-proxy's own
+	// "iptables-masquerade-bit" for a backend's "masquerade-bit").
+	aliases []string
+	field   string // the v1alpha2 field it comes from, for messages
+	value   string
 	// always: set the flag even to an empty value (empty has a meaning).
 	// Otherwise an empty value is left to the backend's default, which for
 	// these fields means "none" too.
@@ -87,11 +90,11 @@ func backendSettings(c *config.KubeProxyConfiguration) []backendSetting {
 	}
 	switch c.Mode {
 	case config.ProxyModeNFTables:
-		s = append(s, backendSetting{flag: "masquerade-bit", field: "nftables.masqueradeBit", value: strconv.Itoa(int(c.NFTables.MasqueradeBit))})
+		s = append(s, backendSetting{flag: "masquerade-bit", aliases: []string{"iptables-masquerade-bit"}, field: "nftables.masqueradeBit", value: strconv.Itoa(int(c.NFTables.MasqueradeBit))})
 	case config.ProxyModeIPTables, "":
 		s = append(s,
-			backendSetting{flag: "masquerade-bit", field: "iptables.masqueradeBit", value: strconv.Itoa(int(c.IPTables.MasqueradeBit))},
-			backendSetting{flag: "localhost-nodeports", field: "iptables.localhostNodePorts", value: strconv.FormatBool(c.IPTables.LocalhostNodePorts)})
+			backendSetting{flag: "masquerade-bit", aliases: []string{"iptables-masquerade-bit"}, field: "iptables.masqueradeBit", value: strconv.Itoa(int(c.IPTables.MasqueradeBit))},
+			backendSetting{flag: "localhost-nodeports", aliases: []string{"iptables-localhost-nodeports"}, field: "iptables.localhostNodePorts", value: strconv.FormatBool(c.IPTables.LocalhostNodePorts)})
 	}
 	return s
 }
@@ -111,8 +114,14 @@ func configureBackend(name string, fs *pflag.FlagSet, c *config.KubeProxyConfigu
 	}
 	var problems []string
 	for _, s := range backendSettings(c) {
+		def := def[s.flag]
+		for _, alias := range s.aliases {
+			if fs.Lookup(s.flag) == nil && fs.Lookup(alias) != nil {
+				s.flag = alias
+			}
+		}
 		if fs.Lookup(s.flag) == nil {
-			if !s.optional && s.value != def[s.flag] {
+			if !s.optional && s.value != def {
 				problems = append(problems, fmt.Sprintf("%s=%q cannot be applied: backend %q has no --%s flag", s.field, s.value, name, s.flag))
 			}
 			continue

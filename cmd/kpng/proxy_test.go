@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -626,5 +627,72 @@ func TestProxyCleanup(t *testing.T) {
 	err := runCommand(context.Background(), testRoot(deps), "proxy", "--config", file, "--cleanup")
 	if err == nil || !strings.Contains(err.Error(), "cannot clean up") {
 		t.Errorf("err = %v, want the backend's inability to clean up", err)
+	}
+}
+
+func TestConfigureBackendUsesAliases(t *testing.T) {
+	p := newFakePlugin("iptables-masquerade-bit", "iptables-localhost-nodeports")
+	fs := pflag.NewFlagSet("to-x", pflag.ContinueOnError)
+	p.BindFlags(fs)
+	c := config.Default()
+	c.Mode, c.IPTables.MasqueradeBit, c.IPTables.LocalhostNodePorts = config.ProxyModeIPTables, 9, true
+	set, warnings, err := configureBackend("x", fs, c)
+	if err != nil || len(warnings) > 0 {
+		t.Fatalf("err %v, warnings %q", err, warnings)
+	}
+	if *p.values["iptables-masquerade-bit"] != "9" || *p.values["iptables-localhost-nodeports"] != "true" {
+		t.Errorf("set %q", set)
+	}
+}
+
+// TestRealBackendsTakeTheRealConfigurations maps the real fixtures onto the
+// real nft and iptables backends compiled into kpng, in both modes: every
+// setting finds its flag, every value is accepted, and the backend opens
+// (in --dry-run, so without a kernel) with those values.
+func TestRealBackendsTakeTheRealConfigurations(t *testing.T) {
+	fixtures, err := filepath.Glob("../../config/testdata/v1alpha1/*.yaml")
+	if err != nil || len(fixtures) < 3 {
+		t.Fatalf("found %d fixtures (%v)", len(fixtures), err)
+	}
+	for _, in := range fixtures {
+		for _, mode := range []config.ProxyMode{config.ProxyModeNFTables, config.ProxyModeIPTables} {
+			t.Run(filepath.Base(in)+"/"+string(mode), func(t *testing.T) {
+				data, err := os.ReadFile(in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				l, err := config.Load(data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := l.Config
+				c.Mode = mode
+				reg, err := lookupBackend(mode, backend.Lookup)
+				if err != nil {
+					t.Fatal(err)
+				}
+				plugin := reg.New()
+				fs := pflag.NewFlagSet(reg.Name, pflag.ContinueOnError)
+				plugin.BindFlags(fs)
+				set, warnings, err := configureBackend(reg.Name, fs, c)
+				if err != nil || len(warnings) > 0 {
+					t.Fatalf("configureBackend: %v, warnings %q", err, warnings)
+				}
+				if got := fs.Lookup("masquerade-all").Value.String(); got != strconv.FormatBool(c.Linux.MasqueradeAll) {
+					t.Errorf("--masquerade-all = %s", got)
+				}
+				// No kernel, and no health server on a shared port.
+				for name, v := range map[string]string{"dry-run": "true", "healthz-bind-address": ""} {
+					if err := fs.Set(name, v); err != nil {
+						t.Fatal(err)
+					}
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if _, err := plugin.Open(ctx, backend.Env{NodeName: "node-1"}); err != nil {
+					t.Errorf("%s rejects the configuration (flags %q): %v", reg.Name, set, err)
+				}
+			})
+		}
 	}
 }
