@@ -40,6 +40,8 @@ type proxier struct {
 	serviceCIDRs []string
 	// needFull: the record may not match the kernel (a failed restore).
 	needFull bool
+	// totals sums the counts of the services in the record.
+	totals rendered
 
 	buf bytes.Buffer
 }
@@ -223,6 +225,10 @@ func (p *proxier) fullSync(ctx context.Context, state *backend.State) (syncResul
 		return res, fmt.Errorf("%s full sync: %w", p.name(), err)
 	}
 	p.services, p.keys, p.needFull = services, keys, false
+	p.totals = rendered{}
+	for _, r := range services {
+		p.total(r, 1)
+	}
 	res.rules, res.noLocal = p.counts()
 	return res, nil
 }
@@ -450,6 +456,10 @@ func (p *proxier) partialSync(ctx context.Context, state *backend.State, changes
 		res.restoreFailed = true
 		return res, fmt.Errorf("%s partial sync: %w", p.name(), err)
 	}
+	for _, c := range chs {
+		p.total(c.old, -1)
+		p.total(c.new, 1)
+	}
 	if !newKeys && !anyDirty {
 		// Same services, same shared fragments: update in place.
 		for _, c := range chs {
@@ -478,11 +488,21 @@ func countWritten(in []byte) map[string]int {
 	return out
 }
 
+// total adds (sign 1) or removes (-1) a service's counts from p.totals.
+func (p *proxier) total(r *rendered, sign int) {
+	if r == nil {
+		return
+	}
+	p.totals.natRules += sign * r.natRules
+	p.totals.filterRules += sign * r.filterRules
+	p.totals.noLocalInternal += sign * r.noLocalInternal
+	p.totals.noLocalExternal += sign * r.noLocalExternal
+}
+
 // counts returns the rules per table and the services without local
 // endpoints, from the record.
 func (p *proxier) counts() (map[string]int, [2]int) {
 	rules := map[string]int{}
-	var noLocal [2]int
 	// The fixed chains and the shared chains' tails.
 	var fixed bytes.Buffer
 	p.writeFixed(&fixed, "filter")
@@ -493,13 +513,9 @@ func (p *proxier) counts() (map[string]int, [2]int) {
 	p.writeFixed(&fixed, "nat")
 	p.writeShared(&fixed, natServices, nil, nil)
 	rules["nat"] = bytes.Count(fixed.Bytes(), []byte{'\n'})
-	for _, r := range p.services {
-		rules["nat"] += r.rules("nat")
-		rules["filter"] += r.rules("filter")
-		noLocal[0] += r.noLocalInternal
-		noLocal[1] += r.noLocalExternal
-	}
-	return rules, noLocal
+	rules["nat"] += p.totals.natRules
+	rules["filter"] += p.totals.filterRules
+	return rules, [2]int{p.totals.noLocalInternal, p.totals.noLocalExternal}
 }
 
 // cleanupInput returns the restore input that removes everything kpng

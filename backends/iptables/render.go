@@ -49,6 +49,8 @@ type rendered struct {
 	// Services ports whose traffic is dropped for lack of local endpoints
 	// (kube-proxy's sync_proxy_rules_no_local_endpoints_total).
 	noLocalInternal, noLocalExternal int
+	// natRules and filterRules count the rules above, per table.
+	natRules, filterRules int
 }
 
 // ownChain is one per-service nat chain and its rules.
@@ -57,8 +59,8 @@ type ownChain struct {
 	rules []byte
 }
 
-// rules counts the rendered rules (for kubeproxy_sync_proxy_rules_iptables_total).
-func (r *rendered) rules(table string) int {
+// countRules counts the rendered rules (for kubeproxy_sync_proxy_rules_iptables_total).
+func (r *rendered) countRules(table string) int {
 	n := 0
 	for i, f := range r.frags {
 		if sharedChains[i].table == table {
@@ -413,5 +415,6 @@ func (r *renderer) render(se *localv1.ServiceEndpoints) *rendered {
 		out.chains = append(out.chains, ownChain{name: n, rules: b.Bytes()})
 	}
 	slices.SortFunc(out.chains, func(a, b ownChain) int { return strings.Compare(a.name, b.name) })
+	out.natRules, out.filterRules = out.countRules("nat"), out.countRules("filter")
 	return out
 }
