@@ -182,3 +182,32 @@ func TestKpngInNode(t *testing.T) {
 		t.Errorf("after restart: running %v, err %v", p.Running(), p.Err())
 	}
 }
+
+// TestProcessSurvivesDo: a process must outlive the OS threads that Netns.Do
+// discards. The parent-death signal fires when the forking thread exits, so
+// a process forked from a thread later locked and discarded by Do was
+// SIGKILLed mid-test (proxies died after their first sync).
+func TestProcessSurvivesDo(t *testing.T) {
+	l := New(t, DefaultSpec())
+	n := l.Node("node-1")
+	var procs []*Process
+	for range 20 {
+		procs = append(procs, n.Start(t, "sleep", "1000"))
+		for range 10 {
+			if err := n.Do(func() error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for range 200 {
+		if err := n.Do(func() error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // a signal is delivered asynchronously
+	for i, p := range procs {
+		if !p.Running() {
+			t.Errorf("process %d died: %v", i, p.Err())
+		}
+	}
+}

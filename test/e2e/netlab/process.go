@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -56,12 +57,22 @@ func (p *Process) start() error {
 	cmd.Stdout = &p.out
 	cmd.Stderr = &p.out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("netns %s: start %s: %w", p.ns.Name, strings.Join(p.Argv, " "), err)
-	}
 	done := make(chan struct{})
-	p.cmd, p.done, p.err = cmd, done, nil
+	started := make(chan error, 1)
+	// The parent-death signal fires when the thread that forked the child
+	// exits, not the process. Go threads do exit: Netns.Do locks a
+	// goroutine to whatever thread it runs on and lets the runtime discard
+	// that thread, which may be the very one that forked a proxy, killing
+	// it mid-test. So the child is forked from a thread kept locked, hence
+	// alive and never lent to Do, until the child exits.
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		err := cmd.Wait()
 		p.mu.Lock()
 		if p.cmd == cmd {
@@ -71,6 +82,10 @@ func (p *Process) start() error {
 		fmt.Fprintf(&p.out, "=== run exited: %v\n", exitString(err))
 		close(done)
 	}()
+	if err := <-started; err != nil {
+		return fmt.Errorf("netns %s: start %s: %w", p.ns.Name, strings.Join(p.Argv, " "), err)
+	}
+	p.cmd, p.done, p.err = cmd, done, nil
 	return nil
 }
 
