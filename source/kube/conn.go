@@ -92,7 +92,14 @@ func (c *conn) isDown() bool {
 
 // count returns the number of outages so far.
 func (c *conn) count() int {
+	_, outages, _ := c.state()
+	return outages
+}
+
+// state returns whether the server is unreachable, the number of outages,
+// and the failed requests of the current one.
+func (c *conn) state() (down bool, outages, failures int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.outages
+	return c.down, c.outages, c.failures
 }

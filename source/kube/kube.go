@@ -66,6 +66,8 @@ type Status struct {
 	Reachable bool
 	// Outages counts the times contact was lost.
 	Outages int
+	// FailedRequests counts the failed requests of the current outage.
+	FailedRequests int
 }
 
 // Status returns the source's current status.
@@ -76,7 +78,8 @@ func (s *Source) Status() Status {
 	if c == nil {
 		return Status{}
 	}
-	return Status{Synced: synced, Reachable: !c.isDown(), Outages: c.count()}
+	down, outages, failures := c.state()
+	return Status{Synced: synced, Reachable: !down, Outages: outages, FailedRequests: failures}
 }
 
 const defaultStatsInterval = 30 * time.Second
@@ -276,10 +279,14 @@ func (inf *informer) start(ctx context.Context, running *sync.WaitGroup, c *conn
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", inf.name, err)
 	}
+	// client-go's own messages two levels down: at the default level it
+	// says "watch ended with error" for every watch an outage breaks, which
+	// c already reports once.
+	runCtx := klog.NewContext(ctx, logger.V(2))
 	running.Add(1)
 	go func() {
 		defer running.Done()
-		inf.RunWithContext(ctx)
+		inf.RunWithContext(runCtx)
 	}()
 	return reg, nil
 }
