@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -613,3 +614,282 @@ func TestUpdateThatPanicsLeavesTheStoreUsable(t *testing.T) {
 		t.Fatalf("revision %d, want 2", got)
 	}
 }
+
+// FuzzStore runs random batches of writes over a few keys against a plain
+// model of what the store should hold, and checks after each batch: the
+// content (including which service owns which slice), that the revision
+// moved by one exactly when the content changed, that the change log names
+// every key whose content changed, and the event count.
+func FuzzStore(f *testing.F) {
+	f.Add([]byte{0, 1, 1, 8, 2, 0, 1, 8, 2, 0, 1, 1, 9, 3, 0, 0, 8})
+	f.Add([]byte{2, 3, 1, 2, 3, 1, 2, 7, 2, 8, 3, 3, 0, 4, 1, 1, 5, 1, 1, 6, 2, 2, 7, 2, 0, 9, 8})
+	f.Add([]byte{2, 0x10, 1, 8, 2, 0x11, 1, 8, 2, 0x10, 1, 3, 0x11, 0, 8})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		type sliceState struct {
+			owner   string // service key
+			variant int32
+		}
+		var (
+			s        = NewStore()
+			services = map[string]int32{}      // key -> variant
+			slicesOf = map[string]sliceState{} // "ns/slice" -> state
+			nodes    = map[string]int32{}
+			cidrs    = map[string]int32{}
+			events   uint64
+			rev      uint64
+			synced   bool
+			touched  = map[Change]int{} // writes to each key in the current batch
+		)
+		ns := func(b byte) string { return fmt.Sprintf("ns%d", b>>4&1) }
+		name := func(b byte) string { return fmt.Sprintf("o%d", b&3) }
+		// content renders the model of one service key, node or CIDR, to
+		// compare before and after a batch.
+		content := func(c Change) string {
+			switch c.Kind {
+			case ServiceChanged:
+				out := fmt.Sprint(services[c.Key], " ")
+				if _, ok := services[c.Key]; !ok {
+					out = "- "
+				}
+				var sls []string
+				for k, st := range slicesOf {
+					if st.owner == c.Key {
+						sls = append(sls, fmt.Sprint(k, "=", st.variant))
+					}
+				}
+				slices.Sort(sls)
+				return out + fmt.Sprint(sls)
+			case NodeChanged:
+				v, ok := nodes[c.Key]
+				return fmt.Sprint(v, ok)
+			default:
+				v, ok := cidrs[c.Key]
+				return fmt.Sprint(v, ok)
+			}
+		}
+		allKeys := func() []Change {
+			var keys []Change
+			for _, n := range []string{"ns0", "ns1"} {
+				for i := range 4 {
+					keys = append(keys, Change{Kind: ServiceChanged, Key: Key(n, fmt.Sprintf("o%d", i))})
+				}
+			}
+			for i := range 4 {
+				keys = append(keys, Change{Kind: NodeChanged, Key: fmt.Sprintf("o%d", i)}, Change{Kind: ServiceCIDRChanged, Key: fmt.Sprintf("o%d", i)})
+			}
+			return keys
+		}
+		snapshot := func() map[Change]string {
+			m := map[Change]string{}
+			for _, k := range allKeys() {
+				m[k] = content(k)
+			}
+			return m
+		}
+
+		check := func(before map[Change]string) {
+			t.Helper()
+			after := snapshot()
+			var changed []Change
+			for _, k := range allKeys() {
+				if before[k] != after[k] {
+					changed = append(changed, k)
+				}
+			}
+			st := s.Stats()
+			if st.Events != events {
+				t.Fatalf("events %d, want %d", st.Events, events)
+			}
+			if len(changed) > 0 && st.Revision != rev+1 {
+				t.Fatalf("content of %v changed, revision %d -> %d", changed, rev, st.Revision)
+			}
+			if len(changed) == 0 && st.Revision != rev && st.Revision != rev+1 {
+				t.Fatalf("revision %d -> %d without a change", rev, st.Revision)
+			}
+			logged := map[Change]bool{}
+			complete := false
+			s.View(func(r Reader) {
+				complete = r.ChangesSince(rev, func(c Change) {
+					if c.Rev != st.Revision {
+						t.Fatalf("change %v logged at revision %d, batch at %d", c, c.Rev, st.Revision)
+					}
+					c.Rev = 0
+					if logged[c] {
+						t.Fatalf("change %v logged twice in one batch", c)
+					}
+					logged[c] = true
+				})
+				for k, v := range services {
+					if got := r.Service(k); got == nil || got.HealthCheckNodePort != v {
+						t.Fatalf("service %s is %v, want variant %d", k, got, v)
+					}
+				}
+				keys := map[string]bool{}
+				r.ServiceKeys(func(k string) {
+					if keys[k] {
+						t.Fatalf("service key %s listed twice", k)
+					}
+					keys[k] = true
+					if r.Service(k) == nil && len(r.EndpointSlices(k)) == 0 {
+						t.Fatalf("service key %s listed with neither service nor slices", k)
+					}
+				})
+				for _, k := range allKeys() {
+					if k.Kind != ServiceChanged {
+						continue
+					}
+					_, hasSvc := services[k.Key]
+					if r.Service(k.Key) != nil != hasSvc {
+						t.Fatalf("service %s present %v, want %v", k.Key, !hasSvc, hasSvc)
+					}
+					var got []string
+					for _, sl := range r.EndpointSlices(k.Key) {
+						if sl.ServiceName != k.Key[strings.IndexByte(k.Key, '/')+1:] || sl.Namespace+"/" != k.Key[:strings.IndexByte(k.Key, '/')+1] {
+							t.Fatalf("slice %s/%s of service %s listed under %s", sl.Namespace, sl.Name, sl.ServiceName, k.Key)
+						}
+						got = append(got, fmt.Sprint(Key(sl.Namespace, sl.Name), "=", sl.Ports[0].Port))
+					}
+					slices.Sort(got)
+					if want := after[k][strings.IndexByte(after[k], ' ')+1:]; fmt.Sprint(got) != want {
+						t.Fatalf("slices of %s: %v, want %s", k.Key, got, want)
+					}
+					if (hasSvc || len(got) > 0) != keys[k.Key] {
+						t.Fatalf("service key %s listed %v", k.Key, keys[k.Key])
+					}
+				}
+				for k, v := range nodes {
+					if got := r.Node(k); got == nil || got.Zone != fmt.Sprint(v) {
+						t.Fatalf("node %s is %v, want variant %d", k, got, v)
+					}
+				}
+				n := 0
+				r.Nodes(func(*globalv1.Node) { n++ })
+				if n != len(nodes) {
+					t.Fatalf("%d nodes, want %d", n, len(nodes))
+				}
+				n = 0
+				r.ServiceCIDRs(func(c *globalv1.ServiceCIDR) {
+					n++
+					if v, ok := cidrs[c.Name]; !ok || c.Cidrs[0] != fmt.Sprint(v) {
+						t.Fatalf("ServiceCIDR %v, want variant %d (present %v)", c, v, ok)
+					}
+				})
+				if n != len(cidrs) {
+					t.Fatalf("%d ServiceCIDRs, want %d", n, len(cidrs))
+				}
+				if r.Synced() != synced {
+					t.Fatalf("synced %v, want %v", r.Synced(), synced)
+				}
+			})
+			if !complete {
+				t.Fatalf("change log incomplete after one batch")
+			}
+			for _, k := range changed {
+				if !logged[k] {
+					t.Fatalf("%v changed but was not logged (logged %v)", k, logged)
+				}
+			}
+			for k := range logged {
+				// A key written several times in the batch may end where
+				// it started (set then delete) and still be logged; a key
+				// written once without changing must not be.
+				if !slices.Contains(changed, k) && touched[k] < 2 {
+					t.Fatalf("%v logged without a change (%d writes)", k, touched[k])
+				}
+			}
+			rev = st.Revision
+		}
+
+		before := snapshot()
+		touch := func(kind ChangeKind, key string) { touched[Change{Kind: kind, Key: key}]++ }
+		var ops []func(tx *Tx)
+		flush := func() {
+			if len(ops) == 0 {
+				return
+			}
+			s.Update(func(tx *Tx) {
+				for _, op := range ops {
+					op(tx)
+				}
+			})
+			ops = nil
+			check(before)
+			before = snapshot()
+			clear(touched)
+		}
+		for len(data) >= 3 {
+			op, k, v := data[0], data[1], int32(data[2]%3)
+			data = data[3:]
+			n, nm := ns(k), name(k)
+			switch op % 10 {
+			case 0:
+				touch(ServiceChanged, Key(n, nm))
+				services[Key(n, nm)] = v
+				ops = append(ops, func(tx *Tx) {
+					tx.SetService(&globalv1.Service{Namespace: n, Name: nm, HealthCheckNodePort: v})
+				})
+			case 1:
+				touch(ServiceChanged, Key(n, nm))
+				delete(services, Key(n, nm))
+				ops = append(ops, func(tx *Tx) { tx.DeleteService(n, nm) })
+			case 2:
+				// The slice's name comes from v's high bits: several slices
+				// per service, and one slice may move between services.
+				sl := fmt.Sprintf("sl%d", data2(k))
+				if old, ok := slicesOf[Key(n, sl)]; ok {
+					touch(ServiceChanged, old.owner)
+				}
+				touch(ServiceChanged, Key(n, nm))
+				slicesOf[Key(n, sl)] = sliceState{owner: Key(n, nm), variant: v}
+				ops = append(ops, func(tx *Tx) {
+					tx.SetEndpointSlice(&globalv1.EndpointSlice{Namespace: n, Name: sl, ServiceName: nm,
+						Ports: []*globalv1.EndpointPort{{Port: v}}})
+				})
+			case 3:
+				sl := fmt.Sprintf("sl%d", data2(k))
+				if old, ok := slicesOf[Key(n, sl)]; ok {
+					touch(ServiceChanged, old.owner)
+				}
+				delete(slicesOf, Key(n, sl))
+				ops = append(ops, func(tx *Tx) { tx.DeleteEndpointSlice(n, sl) })
+			case 4:
+				touch(NodeChanged, nm)
+				nodes[nm] = v
+				ops = append(ops, func(tx *Tx) { tx.SetNode(&globalv1.Node{Name: nm, Zone: fmt.Sprint(v)}) })
+			case 5:
+				touch(NodeChanged, nm)
+				delete(nodes, nm)
+				ops = append(ops, func(tx *Tx) { tx.DeleteNode(nm) })
+			case 6:
+				touch(ServiceCIDRChanged, nm)
+				cidrs[nm] = v
+				ops = append(ops, func(tx *Tx) {
+					tx.SetServiceCIDR(&globalv1.ServiceCIDR{Name: nm, Cidrs: []string{fmt.Sprint(v)}})
+				})
+			case 7:
+				touch(ServiceCIDRChanged, nm)
+				delete(cidrs, nm)
+				ops = append(ops, func(tx *Tx) { tx.DeleteServiceCIDR(nm) })
+			case 8:
+				flush()
+				continue
+			case 9:
+				flush()
+				s.MarkSynced()
+				if !synced {
+					synced = true
+					rev++
+				}
+				if got := revision(s); got != rev {
+					t.Fatalf("revision %d after MarkSynced, want %d", got, rev)
+				}
+				continue
+			}
+			events++
+		}
+		flush()
+	})
+}
+
+// data2 picks a slice name (one of three) from a key byte's bits 2-3.
+func data2(k byte) byte { return k >> 2 & 3 % 3 }
