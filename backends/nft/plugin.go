@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
 
+	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
 )
 
@@ -129,6 +130,7 @@ type Plugin struct {
 
 	set     bool
 	backend *Backend
+	opts    backend.Options
 }
 
 // BindFlags implements backend.Plugin.
@@ -186,12 +188,24 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, er
 	b := NewBackend(p.Config, tables...)
 	b.log = klog.FromContext(ctx).WithName("nft")
 	p.backend = b
+	var families []localv1.IPFamily
+	for _, t := range tables {
+		families = append(families, t.fam.model)
+	}
+	opts, err := p.startHelpers(ctx, families)
+	if err != nil {
+		return nil, err
+	}
+	p.opts = opts
 	return b, nil
 }
 
 // RunOptions implements backend.Tuner.
 func (p *Plugin) RunOptions() backend.Options {
-	return backend.Options{MinSyncPeriod: p.Config.MinSyncPeriod, ResyncPeriod: p.Config.SyncPeriod}
+	if p.opts.ResyncPeriod == 0 {
+		return backend.Options{MinSyncPeriod: p.Config.MinSyncPeriod, ResyncPeriod: p.Config.SyncPeriod}
+	}
+	return p.opts
 }
 
 // Cleanup implements backend.Cleaner: it deletes the tables.

@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/proxyutil/metrics"
 )
 
 // Backend programs a node's services into one nftables table per family.
@@ -94,6 +95,7 @@ func (b *Backend) syncTable(ctx context.Context, t *table, state *backend.State,
 	if !full && len(t.stale) > 0 {
 		n, err := t.deleteStale(ctx, now)
 		if err != nil {
+			metrics.NFTablesCleanupFailuresTotal.WithLabelValues(metrics.FamilyLabel(t.fam.model)).Inc()
 			// The chains stay listed as stale and are tried again.
 			b.log.Error(err, "Deleting stale chains failed; will retry", "family", t.fam.String())
 		}
@@ -144,6 +146,8 @@ func (b *Backend) syncTable(ctx context.Context, t *table, state *backend.State,
 	// A full sync of a table that matches needs only "add table": skip it.
 	if !(full && snap.exists && st.Operations == 1) && st.Operations > 0 {
 		if err := t.nft.Run(ctx, p.tx); err != nil {
+			metrics.NFTablesSyncFailuresTotal.WithLabelValues(metrics.FamilyLabel(t.fam.model)).Inc()
+			b.log.V(4).Info("Failed transaction", "family", t.fam.String(), "transaction", p.tx.String())
 			return st, fmt.Errorf("nftables transaction (%d operations): %w", st.Operations, err)
 		}
 	} else {
