@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	netutils "k8s.io/utils/net"
 
 	"github.com/kpng/kpng/api/globalv1"
@@ -303,5 +304,103 @@ func FuzzParseCIDR(f *testing.F) {
 		case werr == nil && got != want.String():
 			t.Fatalf("parseCIDR(%q) = %q, upstream reads %s", s, got, want)
 		}
+	})
+}
+
+// The JSON fuzz tests above spend most of their time on bytes that are not
+// JSON. These build the object from values the fuzzer picks directly, so
+// that it explores field values (addresses, ports, protocols, policies,
+// nil pointers) instead of syntax; the checks are the same.
+
+// optional maps a fuzzer byte to an unset pointer (0) or to v.
+func optional[T any](b byte, v T) *T {
+	if b%2 == 0 {
+		return nil
+	}
+	return &v
+}
+
+func FuzzServiceFields(f *testing.F) {
+	f.Add("LoadBalancer", "10.0.0.1", "fd00::1", "192.0.2.1", "Proxy", " 10.0.0.0/8", int32(80), int32(30080), int32(8080), "", "TCP", "ClientIP", int32(60), "Local", "Cluster", int32(31000), byte(3))
+	f.Add("", "010.0.0.1", "", "::ffff:1.2.3.4", "VIP", "010.0.0.0/08", int32(0), int32(-1), int32(0), "http", "UDP", "", int32(0), "", "", int32(0), byte(0))
+	f.Fuzz(func(t *testing.T, typ, ip1, ip2, ext, ipMode, srcRange string, port, nodePort, targetPort int32, targetName, protocol, affinity string, timeout int32, etp, itp string, hc int32, flags byte) {
+		svc := corev1.Service{}
+		svc.Namespace, svc.Name = "ns", "s"
+		svc.Spec.Type = corev1.ServiceType(typ)
+		if flags&1 != 0 {
+			svc.Spec.ClusterIP = ip1
+		} else {
+			svc.Spec.ClusterIPs = []string{ip1, ip2}[:1+int(flags>>1&1)]
+		}
+		svc.Spec.ExternalIPs = []string{ext}
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ext, IPMode: optional(flags>>2, corev1.LoadBalancerIPMode(ipMode))}}
+		svc.Spec.LoadBalancerSourceRanges = []string{srcRange}
+		tp := intstr.FromInt32(targetPort)
+		if targetName != "" {
+			tp = intstr.FromString(targetName)
+		}
+		svc.Spec.Ports = []corev1.ServicePort{{Port: port, NodePort: nodePort, TargetPort: tp, Protocol: corev1.Protocol(protocol)}, {Port: 1}}
+		svc.Spec.SessionAffinity = corev1.ServiceAffinity(affinity)
+		if flags>>3&1 != 0 {
+			svc.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: optional(flags>>4, timeout)}}
+		}
+		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicy(etp)
+		svc.Spec.InternalTrafficPolicy = optional(flags>>5, corev1.ServiceInternalTrafficPolicy(itp))
+		svc.Spec.HealthCheckNodePort = hc
+		data, err := json.Marshal(&svc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fuzzConvert(t, data, "service", ServiceFromK8s, checkServiceOut)
+	})
+}
+
+func FuzzEndpointSliceFields(f *testing.F) {
+	f.Add("IPv4", "10.0.0.1", "010.0.0.2", "http", int32(8080), "TCP", "node-1", "zone-a", "2024-05-01T10:00:00Z", byte(0xff), byte(0x15))
+	f.Add("IPv6", "fd00::1", "10.0.0.1", "", int32(0), "SCTP", "", "", "9999-12-31T23:59:59Z", byte(0), byte(0))
+	f.Fuzz(func(t *testing.T, addrType, addr1, addr2, portName string, port int32, protocol, node, zone, trigger string, ptrs, conds byte) {
+		sl := discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressType(addrType)}
+		sl.Namespace, sl.Name = "ns", "s-1"
+		sl.Labels = map[string]string{LabelServiceName: "s"}
+		if ptrs&1 != 0 {
+			sl.Annotations = map[string]string{AnnotationTriggerTime: trigger}
+		}
+		sl.Ports = []discoveryv1.EndpointPort{{Name: optional(ptrs>>1, portName), Port: optional(ptrs>>2, port), Protocol: optional(ptrs>>3, corev1.Protocol(protocol))}}
+		ep := discoveryv1.Endpoint{
+			Addresses: []string{addr1, addr2}[:1+int(ptrs>>4&1)],
+			Conditions: discoveryv1.EndpointConditions{
+				Ready: optional(conds, conds&2 != 0), Serving: optional(conds>>2, conds&8 != 0), Terminating: optional(conds>>4, conds&32 != 0)},
+			NodeName: optional(ptrs>>5, node),
+			Zone:     optional(ptrs>>6, zone),
+		}
+		if ptrs>>7 != 0 {
+			ep.Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: zone}}, ForNodes: []discoveryv1.ForNode{{Name: node}}}
+		}
+		sl.Endpoints = []discoveryv1.Endpoint{ep, {Addresses: []string{addr2}}}
+		data, err := json.Marshal(&sl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fuzzConvert(t, data, "endpointslice", EndpointSliceFromK8s, checkEndpointSliceOut)
+	})
+}
+
+func FuzzNodeFields(f *testing.F) {
+	f.Add("ExternalIP", "203.0.113.1", "InternalIP", "192.168.001.1", "10.244.0.0/24", "fd00::/64", "zone-a", false)
+	f.Fuzz(func(t *testing.T, type1, addr1, type2, addr2, cidr1, cidr2, zone string, single bool) {
+		n := corev1.Node{}
+		n.Name = "n"
+		n.Labels = map[string]string{LabelTopologyZone: zone}
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeAddressType(type1), Address: addr1}, {Type: corev1.NodeAddressType(type2), Address: addr2}}
+		if single {
+			n.Spec.PodCIDR = cidr1
+		} else {
+			n.Spec.PodCIDRs = []string{cidr1, cidr2}
+		}
+		data, err := json.Marshal(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fuzzConvert(t, data, "node", NodeFromK8s, checkNodeOut)
 	})
 }
