@@ -102,9 +102,15 @@ func ServiceFromK8s(in *corev1.Service) (*globalv1.Service, Warnings, error) {
 			warn.add("service %s/%s: status.loadBalancer.ingress[%d].ip dropped: %v", in.Namespace, in.Name, i, err)
 			continue
 		}
+		// As kube-proxy (IsVIPMode): only an unset ipMode or VIP makes the
+		// node capture the IP; any other mode leaves it to the load balancer.
+		proxyMode := ing.IPMode != nil && *ing.IPMode != corev1.LoadBalancerIPModeVIP
+		if proxyMode && *ing.IPMode != corev1.LoadBalancerIPModeProxy {
+			warn.add("service %s/%s: status.loadBalancer.ingress[%d].ipMode %q unknown, not capturing the IP", in.Namespace, in.Name, i, *ing.IPMode)
+		}
 		out.LoadBalancerIngress = append(out.LoadBalancerIngress, &globalv1.LoadBalancerIngress{
 			Ip:          addr,
-			IpModeProxy: ing.IPMode != nil && *ing.IPMode == corev1.LoadBalancerIPModeProxy,
+			IpModeProxy: proxyMode,
 		})
 	}
 	for i, r := range in.Spec.LoadBalancerSourceRanges {

@@ -189,6 +189,16 @@ func TestServiceFromK8s(t *testing.T) {
 			{Ip: "198.51.100.1"}, {Ip: "198.51.100.2", IpModeProxy: true}, {Ip: "2001:db8::2"}, {Ip: "198.51.100.3"}}}),
 		wantWarn: []string{`service ns/web: status.loadBalancer.ingress[4].ip dropped: invalid IP address "lb.example.com"`},
 	}, {
+		name: "an unknown ipMode is not captured, as kube-proxy captures only VIP or unset, with a warning",
+		in: `{metadata: {namespace: ns, name: web}, spec: {type: LoadBalancer, clusterIP: 10.0.0.1},
+			status: {loadBalancer: {ingress: [{ip: 198.51.100.1, ipMode: vip}, {ip: 198.51.100.2, ipMode: ""}]}}}`,
+		want: web(&globalv1.Service{Type: globalv1.ServiceType_LOAD_BALANCER, ClusterIps: []string{"10.0.0.1"}, LoadBalancerIngress: []*globalv1.LoadBalancerIngress{
+			{Ip: "198.51.100.1", IpModeProxy: true}, {Ip: "198.51.100.2", IpModeProxy: true}}}),
+		wantWarn: []string{
+			`service ns/web: status.loadBalancer.ingress[0].ipMode "vip" unknown, not capturing the IP`,
+			`service ns/web: status.loadBalancer.ingress[1].ipMode "" unknown, not capturing the IP`,
+		},
+	}, {
 		name: "loadBalancerSourceRanges are trimmed (validation lets spaces through) and masked, sloppy ones read as kube-proxy does, invalid ones dropped",
 		in: `{metadata: {namespace: ns, name: web}, spec: {type: LoadBalancer, clusterIP: 10.0.0.1,
 			loadBalancerSourceRanges: [" 203.0.113.7/24 ", "2001:db8::1/32", 10.0.0.0, 010.000.000.000/08, "::ffff:10.1.0.0/112", 10.0.0.0/33]}}`,
