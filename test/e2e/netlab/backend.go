@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Backend is a dataplane under test, as an e2e suite sees it: something that,
@@ -67,14 +68,30 @@ type ProxyConfig struct {
 	// ClusterCIDRs are the cluster's pod ranges (--cluster-cidr), for
 	// DetectLocalMode ClusterCIDR.
 	ClusterCIDRs []netip.Prefix
+	// SyncPeriod is the longest time between two syncs, after which a
+	// periodic sync repairs what was changed behind the proxy's back
+	// (kpng's --sync-period; kube-proxy's --iptables-sync-period). Zero:
+	// the proxy's default.
+	SyncPeriod time.Duration
 	// Extra are more command-line arguments, appended as they are.
 	Extra []string
 }
 
 // KubeProxyFlags returns cfg as kube-proxy's command-line flags, which
-// kpng's backends share.
+// kpng's backends share, but SyncPeriod (see Flags).
 func (cfg ProxyConfig) KubeProxyFlags() []string {
+	c := cfg
+	c.SyncPeriod = 0
+	return c.Flags()
+}
+
+// Flags returns cfg as kpng's backend flags: kube-proxy's names, and
+// --sync-period.
+func (cfg ProxyConfig) Flags() []string {
 	var args []string
+	if cfg.SyncPeriod > 0 {
+		args = append(args, "--sync-period="+cfg.SyncPeriod.String())
+	}
 	if len(cfg.NodePortAddresses) > 0 {
 		args = append(args, "--nodeport-addresses="+strings.Join(cfg.NodePortAddresses, ","))
 	}
@@ -115,7 +132,7 @@ func (b kpngBackend) SyncedLine() string { return "Dataplane synced" }
 
 func (b kpngBackend) argv(t testing.TB, node *Node, stateFile string, cfg ProxyConfig) []string {
 	argv := []string{KpngBinary(t), "--v=2", "file", "--input", stateFile, "to-local", "--node-name", node.Name, "to-" + b.name}
-	argv = append(argv, cfg.KubeProxyFlags()...)
+	argv = append(argv, cfg.Flags()...)
 	return append(argv, b.extra...)
 }
 

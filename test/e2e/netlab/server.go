@@ -105,14 +105,28 @@ func (s *Server) Listen(port int) error {
 	return nil
 }
 
+// readyWithin bounds the readiness check. One attempt takes well under a
+// millisecond, but on a loaded machine (CI, two cores shared with other
+// tests) starting the namespace thread alone can take longer than one
+// client timeout, so the check retries.
+const readyWithin = 15 * time.Second
+
 // ready connects to every address:port from the host itself and checks the
 // answer names this server.
 func (s *Server) ready(port int) error {
+	end := time.Now().Add(readyWithin)
 	for _, a := range s.host.Addrs() {
 		dst := netip.AddrPortFrom(a, uint16(port))
-		for _, r := range []Result{s.host.TCP(dst), s.host.UDP(dst)} {
-			if r.Outcome != OK || r.Pod != s.host.Name {
-				return fmt.Errorf("server %s: readiness check: %v", s.host.Name, r)
+		for _, proto := range []Protocol{TCP, UDP} {
+			for {
+				r := s.host.Dial(proto, dst, DefaultTimeout)
+				if r.Outcome == OK && r.Pod == s.host.Name {
+					break
+				}
+				if time.Now().After(end) {
+					return fmt.Errorf("server %s: readiness check: %v", s.host.Name, r)
+				}
+				time.Sleep(20 * time.Millisecond) // pacing between attempts
 			}
 		}
 	}

@@ -102,7 +102,7 @@ func startCluster(t *testing.T, b netlab.Backend, cfg netlab.ProxyConfig, setup 
 }
 
 // apply writes the state and waits until every node's backend has synced
-// after it.
+// after it. The state must have changed: a proxy need not sync for nothing.
 func (c *cluster) apply(t *testing.T) {
 	t.Helper()
 	marks := map[*netlab.Node]int{}

@@ -359,17 +359,19 @@ func TestServices(t *testing.T) {
 
 		t.Run("EndpointChanges", func(t *testing.T) {
 			svc := svcs["changes"]
-			for _, step := range []struct {
+			for i, step := range []struct {
 				eps  []*netlab.Pod
 				want []string
 			}{
-				{[]*netlab.Pod{podA}, []string{"pod-a"}},
+				{[]*netlab.Pod{podA}, []string{"pod-a"}}, // as stated at start
 				{[]*netlab.Pod{podB}, []string{"pod-b"}},
 				{[]*netlab.Pod{podB, podC}, []string{"pod-b", "pod-c"}},
 				{[]*netlab.Pod{podC}, []string{"pod-c"}},
 			} {
-				c.state.SetEndpoints(svc, netlab.Ready(step.eps...)...)
-				c.apply(t)
+				if i > 0 {
+					c.state.SetEndpoints(svc, netlab.Ready(step.eps...)...)
+					c.apply(t)
+				}
 				for _, fam := range families {
 					dial := dialer(&n2.Host, netlab.TCP, netlab.ClusterIP(svc, fam, 80), answerTimeout)
 					netlab.Eventually(t, settle, dial, func(r netlab.Result) bool {
@@ -557,6 +559,54 @@ func TestNodePortAddresses(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestRepair: tables deleted behind the proxy's back (here: every firewall
+// rule of the node, nftables and iptables alike) are rebuilt by the
+// periodic sync, or sooner.
+func TestRepair(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b netlab.Backend) {
+		var web *corev1.Service
+		cfg := defaultConfig()
+		cfg.SyncPeriod = 2 * time.Second
+		c := startCluster(t, b, cfg, func(l *netlab.Lab, s *netlab.State) {
+			web = s.AddService("web", netlab.TCPPort("tcp", 80, targetPort), netlab.UDPPort("udp", 80, targetPort))
+			s.SetEndpoints(web, netlab.Ready(l.Pod("pod-c"))...)
+		})
+		podA, n1 := c.pod("pod-a"), c.node("node-1")
+		for _, fam := range families {
+			netlab.Eventually(t, settle, dialer(&podA.Host, netlab.TCP, netlab.ClusterIP(web, fam, 80), answerTimeout), netlab.Answered("pod-c"))
+		}
+		wipeFirewall(t, n1)
+		if rules := firewallRules(t, n1); len(rules) > 0 {
+			t.Fatalf("wipe left rules:\n%s", join(rules))
+		}
+		start := time.Now()
+		for _, fam := range families {
+			for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
+				netlab.Eventually(t, 3*cfg.SyncPeriod+settle, dialer(&podA.Host, proto, netlab.ClusterIP(web, fam, 80), answerTimeout), netlab.Answered("pod-c"))
+			}
+		}
+		t.Logf("repaired within %v", time.Since(start).Round(time.Millisecond))
+	})
+}
+
+// wipeFirewall deletes every nftables table and every iptables rule and
+// chain of node n, as an admin or another tool might.
+func wipeFirewall(t *testing.T, n *netlab.Node) {
+	t.Helper()
+	if _, err := n.Run("nft", "flush", "ruleset"); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"iptables", "ip6tables"} {
+		for _, table := range []string{"nat", "filter", "mangle"} {
+			for _, op := range []string{"-F", "-X"} {
+				if _, err := n.Run(cmd, "-w", "5", "-t", table, op); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
 }
 
 // gateway is node n's pod-bridge address of family fam.
