@@ -808,7 +808,8 @@ type Node struct {
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// The topology.kubernetes.io/zone label ("" when absent).
 	Zone string `protobuf:"bytes,2,opt,name=zone,proto3" json:"zone,omitempty"`
-	// status.addresses of type InternalIP and ExternalIP, in order.
+	// status.addresses of type InternalIP, then those of type ExternalIP,
+	// each in the Node's order (kube-proxy's order, GetNodeHostIPs).
 	Addresses []string `protobuf:"bytes,3,rep,name=addresses,proto3" json:"addresses,omitempty"`
 	// spec.podCIDRs.
 	PodCidrs      []string `protobuf:"bytes,4,rep,name=pod_cidrs,json=podCidrs,proto3" json:"pod_cidrs,omitempty"`

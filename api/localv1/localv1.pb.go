@@ -699,7 +699,7 @@ type Node struct {
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// The topology.kubernetes.io/zone label ("" when absent).
 	Zone string `protobuf:"bytes,2,opt,name=zone,proto3" json:"zone,omitempty"`
-	// The Node's InternalIP and ExternalIP addresses, in the Node's order: the
+	// The Node's InternalIP addresses, then its ExternalIP ones: the
 	// first of each family is the node's primary IP in that family (what
 	// `--nodeport-addresses primary` means).
 	Addresses []string `protobuf:"bytes,3,rep,name=addresses,proto3" json:"addresses,omitempty"`
