@@ -192,7 +192,9 @@ func TestGlobalResumeSendsOnlyTheDiff(t *testing.T) {
 		tx.DeleteService("ns", "svc-5")
 		tx.DeleteNode("node-2")
 	})
-	orig.Update(func(tx *cluster.Tx) { tx.SetServiceCIDR(&globalv1.ServiceCIDR{Name: "v6", Cidrs: []string{"fd00::/108"}}) })
+	orig.Update(func(tx *cluster.Tx) {
+		tx.SetServiceCIDR(&globalv1.ServiceCIDR{Name: "v6", Cidrs: []string{"fd00::/108"}})
+	})
 	for {
 		ops, sync2 := batch(sync.InstanceId, sync.Revision)
 		if !slices.Contains(ops, "set_service_cidr v6") {
