@@ -45,5 +45,6 @@ A command line is a source of cluster state followed by a sink:
 	addProxyCommands(root, realProxyDeps()) // kpng [proxy] --config FILE: kube-proxy's command line
 	root.AddCommand(fileCommand())
 	root.AddCommand(kubeCommand())
+	root.AddCommand(apiCommand(), localCommand())
 	return root
 }

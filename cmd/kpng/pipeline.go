@@ -104,5 +104,5 @@ func sinkCommands(source sourceFactory) []*cobra.Command {
 	toFileCmd.Flags().BoolVar(&toFile.Follow, "follow", false,
 		"keep writing: a document per revision of the view (JSON: one line each)")
 
-	return []*cobra.Command{toFileCmd, toLocalCommand(source)}
+	return []*cobra.Command{toFileCmd, toLocalCommand(source), toAPICommand(source)}
 }

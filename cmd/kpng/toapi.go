@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/kpng/kpng/client"
+	"github.com/kpng/kpng/cluster"
+	"github.com/kpng/kpng/server"
+)
+
+// defaultSocket is where to-api listens and clients connect by default.
+const defaultSocket = "unix:///run/kpng/kpng.sock"
+
+// toAPICommand is the sink that serves the cluster over gRPC: the localv1
+// view of any node that asks, and the globalv1 cluster state.
+func toAPICommand(source sourceFactory) *cobra.Command {
+	var (
+		listen, socketMode           string
+		tlsCert, tlsKey, tlsClientCA string
+		insecure                     bool
+		opts                         server.Options
+		proxyName                    string
+	)
+	cmd := &cobra.Command{
+		Use:   "to-api",
+		Short: "Serve node views (localv1) and the cluster state (globalv1) over gRPC",
+		Long: `Serve the localv1 Watch API (each client names its node and receives that
+node's view, computed here) and the globalv1 Watch API (the cluster state, for
+node agents: kpng api --api ...).
+
+A unix socket is created with mode --socket-mode (0600: root only). TCP needs
+TLS with client certificates (--tls-cert, --tls-key, --tls-client-ca), or an
+explicit --insecure.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			mode, err := strconv.ParseUint(socketMode, 8, 32)
+			if err != nil {
+				return fmt.Errorf("--socket-mode %q: %w", socketMode, err)
+			}
+			lopts := server.ListenOptions{SocketMode: os.FileMode(mode), Insecure: insecure}
+			if tlsCert != "" || tlsKey != "" || tlsClientCA != "" {
+				if lopts.TLS, err = server.ServerTLS(tlsCert, tlsKey, tlsClientCA); err != nil {
+					return err
+				}
+			}
+			src, err := source(sourceOptions{ServiceProxyName: proxyName}) // every node
+			if err != nil {
+				return err
+			}
+			lis, gopts, err := server.Listen(listen, lopts)
+			if err != nil {
+				return err
+			}
+			defer lis.Close()
+			return run(cmd.Context(), src, stageFunc(func(ctx context.Context, store *cluster.Store) error {
+				return server.New(store, opts).Serve(ctx, lis, gopts...)
+			}))
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&listen, "listen", defaultSocket, "address to serve: unix:///path or tcp://host:port")
+	fs.StringVar(&socketMode, "socket-mode", "0600", "permissions of the unix socket (octal)")
+	fs.StringVar(&tlsCert, "tls-cert", "", "server certificate (PEM), for tcp://")
+	fs.StringVar(&tlsKey, "tls-key", "", "server certificate's key (PEM)")
+	fs.StringVar(&tlsClientCA, "tls-client-ca", "", "CA that client certificates must chain to (PEM)")
+	fs.BoolVar(&insecure, "insecure", false, "allow plaintext TCP: anyone reaching the port reads the cluster")
+	fs.StringVar(&proxyName, "service-proxy-name", "",
+		"also serve Services labelled service.kubernetes.io/service-proxy-name with this value (to clients asking for it)")
+	fs.IntVar(&opts.HistorySize, "history-size", server.DefaultHistorySize,
+		"changed keys remembered per view, so that a client reconnecting gets only the diff")
+	return cmd
+}
+
+// apiFlags are the flags of a command that connects to a kpng server. They
+// all start with "api" so that a chain (kpng api ... to-api) can set both
+// ends.
+type apiFlags struct {
+	target                 string
+	tlsCert, tlsKey, tlsCA string
+	tlsServerName          string
+	insecure               bool
+}
+
+func (a *apiFlags) bind(fs *pflag.FlagSet) {
+	fs.StringVar(&a.target, "api", defaultSocket, "kpng server: unix:///path or tcp://host:port")
+	fs.StringVar(&a.tlsCert, "api-tls-cert", "", "client certificate (PEM), for tcp://")
+	fs.StringVar(&a.tlsKey, "api-tls-key", "", "client certificate's key (PEM)")
+	fs.StringVar(&a.tlsCA, "api-tls-ca", "", "CA that the server's certificate must chain to (PEM)")
+	fs.StringVar(&a.tlsServerName, "api-tls-server-name", "", "name to check in the server's certificate (default: the host in --api)")
+	fs.BoolVar(&a.insecure, "api-insecure", false, "allow plaintext TCP to --api")
+}
+
+func (a *apiFlags) options() ([]client.Option, error) {
+	var opts []client.Option
+	if a.tlsCert != "" || a.tlsKey != "" || a.tlsCA != "" {
+		cfg, err := client.TLSConfig(a.tlsCert, a.tlsKey, a.tlsCA, a.tlsServerName)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, client.WithTLS(cfg))
+	}
+	if a.insecure {
+		opts = append(opts, client.WithInsecure())
+	}
+	return opts, nil
+}
