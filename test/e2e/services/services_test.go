@@ -428,6 +428,9 @@ func TestServices(t *testing.T) {
 	})
 }
 
+// restartTimeout bounds each attempt made during a restart.
+const restartTimeout = 3 * time.Second
+
 // restartWithoutDrop restarts node-1's proxy while pod-a keeps a TCP
 // connection open to svc (whose only endpoint is pod) and opens new ones
 // without pause: none may fail, and the open one must still reach pod.
@@ -461,7 +464,11 @@ func restartWithoutDrop(t *testing.T, c *cluster, svc *corev1.Service, pod strin
 				default:
 				}
 				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
-					r := podA.Dial(proto, dst, answerTimeout)
+					// A generous timeout: on a loaded machine an answer can
+					// be late, but a datagram or SYN lost in a restart is
+					// still a failure (TCP retransmits a SYN after 1s, which
+					// a user would not notice either).
+					r := podA.Dial(proto, dst, restartTimeout)
 					mu.Lock()
 					attempts++
 					if r.Outcome != netlab.OK || r.Pod != pod {
