@@ -68,7 +68,7 @@ func ServiceFromK8s(in *corev1.Service) (*globalv1.Service, Warnings, error) {
 	field := func(i int) string { return fmt.Sprintf("spec.clusterIPs[%d]", i) }
 	if len(clusterIPs) == 0 && in.Spec.ClusterIP != "" {
 		clusterIPs = []string{in.Spec.ClusterIP}
-		field = func(int) string { return "spec.clusterIP" }
+		field = func(int) string { return "spec.clusterIP (as spec.clusterIPs[0])" }
 	}
 	for i, ip := range clusterIPs {
 		if ip == corev1.ClusterIPNone {
@@ -480,7 +480,7 @@ func NodeFromK8s(in *corev1.Node) (*globalv1.Node, Warnings, error) {
 	field := func(i int) string { return fmt.Sprintf("spec.podCIDRs[%d]", i) }
 	if len(cidrs) == 0 && in.Spec.PodCIDR != "" {
 		cidrs = []string{in.Spec.PodCIDR}
-		field = func(int) string { return "spec.podCIDR" }
+		field = func(int) string { return "spec.podCIDR (as spec.podCIDRs[0])" }
 	}
 	for i, c := range cidrs {
 		prefix, err := parseCIDR(c)

@@ -140,9 +140,9 @@ func TestServiceFromK8s(t *testing.T) {
 		in:      `{metadata: {namespace: ns, name: web}, spec: {clusterIPs: [10.0.0.1, "fd00::g"]}}`,
 		wantErr: `service ns/web: spec.clusterIPs[1]: invalid IP address "fd00::g"`,
 	}, {
-		name:    "an invalid spec.clusterIP is an error naming spec.clusterIP",
+		name:    "an invalid spec.clusterIP is an error naming spec.clusterIP, which is spec.clusterIPs[0]",
 		in:      `{metadata: {namespace: ns, name: web}, spec: {clusterIP: 10.0.0.256}}`,
-		wantErr: `service ns/web: spec.clusterIP: invalid IP address "10.0.0.256"`,
+		wantErr: `service ns/web: spec.clusterIP (as spec.clusterIPs[0]): invalid IP address "10.0.0.256"`,
 	}, {
 		name:    "an empty entry in clusterIPs is an error",
 		in:      `{metadata: {namespace: ns, name: web}, spec: {clusterIPs: [10.0.0.1, ""]}}`,
@@ -150,7 +150,7 @@ func TestServiceFromK8s(t *testing.T) {
 	}, {
 		name:    "an IPv6 zone in a cluster IP is an error",
 		in:      `{metadata: {namespace: ns, name: web}, spec: {clusterIP: "fe80::1%eth0"}}`,
-		wantErr: `service ns/web: spec.clusterIP: invalid IP address "fe80::1%eth0": zones are not allowed`,
+		wantErr: `service ns/web: spec.clusterIP (as spec.clusterIPs[0]): invalid IP address "fe80::1%eth0": zones are not allowed`,
 	}, {
 		name: "IPv4 with leading zeros (stored before Kubernetes 1.20) is read as decimal, as kube-proxy's ParseIPSloppy does",
 		in:   `{metadata: {namespace: ns, name: web}, spec: {clusterIPs: [010.096.000.010, "fd00::0010"], externalIPs: [0000192.0.2.1, "::ffff:010.0.2.2"]}}`,
@@ -486,7 +486,7 @@ func TestNodeFromK8s(t *testing.T) {
 		name:     "an invalid spec.podCIDR is named as spec.podCIDR",
 		in:       `{metadata: {name: n1}, spec: {podCIDR: 10.244.1.0/40}}`,
 		want:     &globalv1.Node{Name: "n1"},
-		wantWarn: []string{`node n1: spec.podCIDR dropped: invalid CIDR "10.244.1.0/40"`},
+		wantWarn: []string{`node n1: spec.podCIDR (as spec.podCIDRs[0]) dropped: invalid CIDR "10.244.1.0/40"`},
 	}, {
 		name:    "a node without a name is an error",
 		in:      `{metadata: {labels: {a: b}}}`,
