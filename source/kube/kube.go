@@ -89,6 +89,9 @@ const defaultStatsInterval = 30 * time.Second
 // API server is retried, with backoff, for as long as it takes.
 func (s *Source) Run(ctx context.Context, store *cluster.Store) error {
 	logger := klog.FromContext(ctx)
+	if s.Config == nil {
+		return fmt.Errorf("kube source: no client config")
+	}
 	serviceSel, err := serviceSelector(s.ServiceProxyName)
 	if err != nil {
 		return err
@@ -137,9 +140,11 @@ func (s *Source) Run(ctx context.Context, store *cluster.Store) error {
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var running sync.WaitGroup
-	defer running.Wait()
+	defer func() {
+		cancel() // before waiting: Run may return before its ctx ends
+		running.Wait()
+	}()
 	var synced []cache.DoneChecker
 	for _, inf := range informers {
 		reg, err := inf.start(ctx, &running, c)
