@@ -20,6 +20,7 @@ type fakeTables struct {
 	tables   map[string]map[string][]string // table -> chain -> rules
 	restores []string                       // every input, in order
 	failNext error
+	failAll  error // every restore fails while set
 }
 
 var builtinChains = map[string][]string{
@@ -54,6 +55,9 @@ func (f *fakeTables) clone() map[string]map[string][]string {
 
 func (f *fakeTables) restore(_ context.Context, data []byte) error {
 	f.restores = append(f.restores, string(data))
+	if f.failAll != nil {
+		return f.failAll
+	}
 	if err := f.failNext; err != nil {
 		f.failNext = nil
 		return err

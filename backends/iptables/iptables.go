@@ -231,12 +231,11 @@ func (b *Backend) Sync(ctx context.Context, state *backend.State, changes backen
 		res, err := p.sync(ctx, state, changes)
 		fam := metrics.FamilyLabel(p.family)
 		if res.partialFailed {
+			// The driver's recorder counts the error Sync returns, which is
+			// the full sync's that followed (if it failed too): the failed
+			// partial restore is counted here.
 			metrics.IPTablesPartialRestoreFailuresTotal.WithLabelValues(fam).Inc()
-			if err == nil {
-				// The failure was repaired by a full sync within this call,
-				// so the driver's recorder does not see it.
-				metrics.IPTablesRestoreFailuresTotal.WithLabelValues(fam).Inc()
-			}
+			metrics.IPTablesRestoreFailuresTotal.WithLabelValues(fam).Inc()
 		}
 		if err != nil {
 			errs = append(errs, err)

@@ -1,0 +1,181 @@
+package iptables
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/kpng/kpng/api/localv1"
+	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/proxyutil/metrics"
+)
+
+// ownedRules counts the rules in kpng's chains of a fake table: what
+// kubeproxy_sync_proxy_rules_iptables_total must report (as upstream, the
+// jumps from builtin chains are not counted).
+func ownedRules(f *fakeTables, table string) int {
+	n := 0
+	for c, rs := range f.tables[table] {
+		if strings.HasPrefix(c, chainPrefix) {
+			n += len(rs)
+		}
+	}
+	return n
+}
+
+// lastWritten counts the "-A" lines of a table in the last restore input.
+func lastWritten(f *fakeTables, table string) int {
+	in := f.restores[len(f.restores)-1]
+	filter, nat, _ := strings.Cut(in, "*nat\n")
+	part := filter
+	if table == "nat" {
+		part = nat
+	}
+	n := 0
+	for _, l := range strings.Split(part, "\n") {
+		if strings.HasPrefix(l, "-A ") {
+			n++
+		}
+	}
+	return n
+}
+
+// metricValue reads a gauge or counter from the registry kube-proxy's
+// metrics are exposed from (0 when the child does not exist yet).
+func metricValue(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if got[labels[i]] != labels[i+1] {
+					continue next
+				}
+			}
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+		return 0
+	}
+	t.Fatalf("metric %s is not registered", name)
+	return 0
+}
+
+func TestBackendMetrics(t *testing.T) {
+	metrics.Register(metrics.ModeIPTables)
+	fam := metrics.IPv4
+	// Counters are exposed from their first use.
+	metrics.IPTablesRestoreFailuresTotal.WithLabelValues(fam).Add(0)
+	metrics.IPTablesPartialRestoreFailuresTotal.WithLabelValues(fam).Add(0)
+	f := newFakeTables()
+	cfg := testConfig()
+	b := &Backend{cfg: cfg, proxiers: []*proxier{newProxier(false, cfg, f)}}
+	ctx := context.Background()
+	rules := func(table string) float64 {
+		return metricValue(t, "kubeproxy_sync_proxy_rules_iptables_total", "table", table, "ip_family", fam)
+	}
+	last := func(table string) float64 {
+		return metricValue(t, "kubeproxy_sync_proxy_rules_iptables_last", "table", table, "ip_family", fam)
+	}
+	failures := func() (restore, partial float64) {
+		return metricValue(t, "kubeproxy_sync_proxy_rules_iptables_restore_failures_total", "ip_family", fam),
+			metricValue(t, "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total", "ip_family", fam)
+	}
+	check := func(step string) {
+		t.Helper()
+		for _, tbl := range []string{"filter", "nat"} {
+			if got, want := int(rules(tbl)), ownedRules(f, tbl); got != want {
+				t.Errorf("%s: iptables_total{table=%s} = %d; the tables hold %d kpng rules", step, tbl, got, want)
+			}
+			if got, want := int(last(tbl)), lastWritten(f, tbl); got != want {
+				t.Errorf("%s: iptables_last{table=%s} = %d; the last restore wrote %d", step, tbl, got, want)
+			}
+		}
+	}
+
+	lb := named("lb", "10.96.0.20", func(s *localv1.Service) {
+		s.Type = localv1.ServiceType_LOAD_BALANCER
+		s.Ports[0].NodePort = 30020
+		s.LoadBalancerIps = []string{"203.0.113.20"}
+		s.LoadBalancerSourceRanges = []string{"192.168.77.0/24"}
+		s.ClientIpAffinitySeconds = 60
+	}, ep("10.244.1.5", 8080, true), ep("10.244.2.7", 8080, false))
+	st := newState(
+		named("web", "10.96.0.10", nil, ep("10.244.1.5", 8080, true), ep("10.244.2.7", 8080, false)),
+		named("none", "10.96.0.11", nil),
+		lb)
+	if err := b.Sync(ctx, st, backend.Changes{Reset: true}); err != nil {
+		t.Fatal(err)
+	}
+	check("full sync")
+	if rules("nat") < 20 {
+		t.Fatalf("iptables_total{nat} = %v: too few for three services", rules("nat"))
+	}
+
+	// One endpoint changes: the total follows, the last counts the
+	// partial restore only.
+	web := named("web", "10.96.0.10", nil, ep("10.244.1.5", 8080, true), ep("10.244.2.8", 8080, false), ep("10.244.2.9", 8080, false))
+	st.Services[backend.KeyOf(web)] = web
+	if err := b.Sync(ctx, st, backend.Changes{Set: []backend.ServiceKey{backend.KeyOf(web)}}); err != nil {
+		t.Fatal(err)
+	}
+	check("partial sync")
+	if l := last("nat"); l == 0 || l >= rules("nat") {
+		t.Errorf("iptables_last{nat} = %v after a one-service change; total %v", l, rules("nat"))
+	}
+	delete(st.Services, backend.KeyOf(lb))
+	if err := b.Sync(ctx, st, backend.Changes{Deleted: []backend.ServiceKey{backend.KeyOf(lb)}}); err != nil {
+		t.Fatal(err)
+	}
+	check("service deleted")
+
+	// A flushed table: the partial restore fails on the canary (counted
+	// as a partial and as a restore failure), a full sync repairs it.
+	r0, p0 := failures()
+	for c := range f.tables["nat"] {
+		if !isBuiltin("nat", c) {
+			delete(f.tables["nat"], c)
+		} else {
+			f.tables["nat"][c] = nil
+		}
+	}
+	web = named("web", "10.96.0.10", nil, ep("10.244.1.5", 8080, true))
+	st.Services[backend.KeyOf(web)] = web
+	if err := b.Sync(ctx, st, backend.Changes{Set: []backend.ServiceKey{backend.KeyOf(web)}}); err != nil {
+		t.Fatal(err)
+	}
+	check("repaired")
+	if r, p := failures(); r != r0+1 || p != p0+1 {
+		t.Errorf("after a canary failure: restore failures %v -> %v, partial %v -> %v; want +1 each", r0, r, p0, p)
+	}
+
+	// Both the partial and the full restore fail: the partial one is
+	// counted here, the full one by the driver's recorder (from the error).
+	r0, p0 = failures()
+	web = named("web", "10.96.0.10", nil, ep("10.244.1.6", 8080, true))
+	st.Services[backend.KeyOf(web)] = web
+	f.failAll = errors.New("boom")
+	if err := b.Sync(ctx, st, backend.Changes{Set: []backend.ServiceKey{backend.KeyOf(web)}}); err == nil {
+		t.Fatal("want the restores' error")
+	}
+	f.failAll = nil
+	if r, p := failures(); r != r0+1 || p != p0+1 {
+		t.Errorf("after two failed restores: restore failures %v -> %v, partial %v -> %v; want +1 each here", r0, r, p0, p)
+	}
+}
