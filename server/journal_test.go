@@ -1,0 +1,66 @@
+package server
+
+import (
+	"cmp"
+	"testing"
+)
+
+func newTestJournal(max int) *journal[int, *string] {
+	return newJournal[int, *string](max, cmp.Compare[int])
+}
+
+func str(s string) *string { return &s }
+
+// TestJournalHistoryIsBounded: however many revisions go by, the journal
+// keeps at most its bound of changes (the server's memory for slow
+// clients), and a client beyond them gets the whole state.
+func TestJournalHistoryIsBounded(t *testing.T) {
+	j := newTestJournal(8)
+	for rev := 1; rev <= 1000; rev++ {
+		j.update(false, func(set func(int, *string)) { set(rev%50, str("v")) })
+		if len(j.hist) > 8 {
+			t.Fatalf("revision %d: %d changes kept, want at most 8", rev, len(j.hist))
+		}
+	}
+	if _, rev, reset := j.since(1); !reset || rev != 1000 {
+		t.Errorf("since(1) = rev %d reset %v, want the whole state at 1000", rev, reset)
+	}
+	items, _, reset := j.since(995)
+	if reset || len(items) != 5 {
+		t.Errorf("since(995): %d items, reset %v, want the 5 keys changed since", len(items), reset)
+	}
+	full, _, _ := j.since(0)
+	if len(full) != 50 {
+		t.Errorf("whole state: %d keys, want 50", len(full))
+	}
+}
+
+// TestJournalCoalesces: a key changed many times is one item, from the
+// client's value to the current one; a key changed and changed back is none.
+func TestJournalCoalesces(t *testing.T) {
+	j := newTestJournal(100)
+	a0, b0 := str("a0"), str("b0")
+	j.update(true, func(set func(int, *string)) { set(1, a0); set(2, b0) })
+	from := j.revision()
+	var last *string
+	for i := range 20 {
+		last = str("a" + string(rune('a'+i)))
+		j.update(false, func(set func(int, *string)) { set(1, last) })
+	}
+	j.update(false, func(set func(int, *string)) { set(2, str("b1")) })
+	j.update(false, func(set func(int, *string)) { set(2, b0) }) // back to the client's value
+	j.update(false, func(set func(int, *string)) { set(3, str("c")) })
+	j.update(false, func(set func(int, *string)) { set(3, nil) }) // created and deleted
+	items, rev, reset := j.since(from)
+	if reset || rev != from+24 {
+		t.Fatalf("since(%d): rev %d reset %v", from, rev, reset)
+	}
+	if len(items) != 1 || items[0].key != 1 || items[0].old != a0 || items[0].cur != last {
+		t.Errorf("items: %+v, want key 1 from a0 to its last value only", items)
+	}
+	// Setting the same pointer is no revision.
+	j.update(false, func(set func(int, *string)) { set(1, last) })
+	if j.revision() != rev {
+		t.Errorf("an identical write moved the revision to %d", j.revision())
+	}
+}
