@@ -124,7 +124,8 @@ func TestSharedElements(t *testing.T) {
 }
 
 // TestAffinityTimeoutChange: the affinity sets are recreated with the new
-// timeout, after the rules using them are flushed.
+// timeout, after the rules using them are flushed (the kernel refuses to
+// delete a set in use), and those rules are written again.
 func TestAffinityTimeoutChange(t *testing.T) {
 	f := newFixture(t, testConfig())
 	sticky := richServices()[3]
@@ -132,6 +133,22 @@ func TestAffinityTimeoutChange(t *testing.T) {
 	changed := richServices()[3]
 	changed.Service.ClientIpAffinitySeconds = 60
 	f.set(changed)
+	tx := strings.Split(stamp.ReplaceAllString(f.fake4.LastTransaction.String(), ""), "\n")
+	for _, set := range []string{"affinity-L2SIDU7P-ns/sticky/tcp/__10.0.2.8/80", "affinity-M5SSVK7K-ns/sticky/tcp/__10.0.3.8/80"} {
+		del := slices.Index(tx, "delete set ip kpng "+set)
+		if del < 0 {
+			t.Fatalf("set %s not replaced:\n%s", set, strings.Join(tx, "\n"))
+		}
+		for _, c := range []string{"service-OALSTAW3-ns/sticky/tcp/", "endpoint-" + strings.TrimPrefix(set, "affinity-")} {
+			flush := slices.Index(tx, "flush chain ip kpng "+c)
+			readd := slices.IndexFunc(tx, func(l string) bool {
+				return strings.HasPrefix(l, "add rule ip kpng "+c+" ") && strings.Contains(l, "@"+set)
+			})
+			if flush < 0 || flush > del || readd < del {
+				t.Errorf("chain %s: flushed at %d, set deleted at %d, rule using it written at %d:\n%s", c, flush, del, readd, strings.Join(tx, "\n"))
+			}
+		}
+	}
 	for name, s := range f.fake4.Table.Sets {
 		if strings.HasPrefix(name, affinitySetPrefix) && (s.Timeout == nil || s.Timeout.Seconds() != 60) {
 			t.Errorf("set %s: timeout %v, want 60s", name, s.Timeout)

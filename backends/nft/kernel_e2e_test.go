@@ -77,17 +77,29 @@ func nftIn(t *testing.T, ns string, args ...string) string {
 	return string(out)
 }
 
-// realFixture is a backend on the real tables of the current namespace.
+// realFixture is a backend on the real tables of the current namespace,
+// writing incremental transactions through netlink.
 func realFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := newFixture(t, testConfig())
+	return realFixtureWith(t, testConfig(), true)
+}
+
+// realFixtureWith is realFixture with a configuration, and netlink or not.
+func realFixtureWith(t *testing.T, cfg Config, netlink bool) *fixture {
+	t.Helper()
+	f := newFixture(t, cfg)
 	var tables []*table
 	for _, fam := range []family{ipv4, ipv6} {
 		nft, err := knftables.New(fam.nft, "kpng")
 		if err != nil {
 			t.Fatalf("knftables.New(%s): %v", fam.nft, err)
 		}
-		tables = append(tables, newTable(fam, nft, nftReader(fam.nft, "kpng")))
+		tb := newTable(fam, nft, nftReader(fam.nft, "kpng"))
+		if netlink {
+			tb.nl = newNLTable(fam, "kpng")
+			t.Cleanup(tb.nl.close)
+		}
+		tables = append(tables, tb)
 	}
 	b := NewBackend(f.b.cfg, tables...)
 	b.now, b.interfaceAddrs = f.b.now, f.b.interfaceAddrs

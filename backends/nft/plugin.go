@@ -183,10 +183,17 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, er
 			}
 			read = nftReader(fam.nft, p.Config.Table)
 		}
-		tables = append(tables, newTable(fam, nft, read))
+		t := newTable(fam, nft, read)
+		if !p.Config.DryRun {
+			t.nl = newNLTable(fam, p.Config.Table)
+		}
+		tables = append(tables, t)
 	}
 	b := NewBackend(p.Config, tables...)
 	b.log = klog.FromContext(ctx).WithName("nft")
+	if p.Config.MetricsBindAddress != "" {
+		registerMetrics()
+	}
 	p.backend = b
 	var families []localv1.IPFamily
 	for _, t := range tables {

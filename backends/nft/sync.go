@@ -42,6 +42,10 @@ type SyncStats struct {
 	ElemsAdded    int
 	ElemsDeleted  int
 	StaleDeleted  int
+	// Netlink: the transaction was written through netlink, not nft.
+	Netlink bool
+	// Fallback says why an incremental transaction went through nft.
+	Fallback string
 }
 
 // NewBackend returns a backend writing to tables (see Plugin.Open).
@@ -145,7 +149,13 @@ func (b *Backend) syncTable(ctx context.Context, t *table, state *backend.State,
 	st.ElemsAdded, st.ElemsDeleted = p.stats.elemsAdded, p.stats.elemsDeleted
 	// A full sync of a table that matches needs only "add table": skip it.
 	if !(full && snap.exists && st.Operations == 1) && st.Operations > 0 {
-		if err := t.nft.Run(ctx, p.tx); err != nil {
+		fallback, err := t.run(ctx, p)
+		st.Netlink = t.nl != nil && !full && fallback == ""
+		if st.Fallback = fallback; fallback != "" {
+			netlinkFallbacksTotal.WithLabelValues(metrics.FamilyLabel(t.fam.model)).Inc()
+			b.log.V(2).Info("Incremental transaction written by nft", "family", t.fam.String(), "reason", fallback)
+		}
+		if err != nil {
 			metrics.NFTablesSyncFailuresTotal.WithLabelValues(metrics.FamilyLabel(t.fam.model)).Inc()
 			b.log.V(4).Info("Failed transaction", "family", t.fam.String(), "transaction", p.tx.String())
 			return st, fmt.Errorf("nftables transaction (%d operations): %w", st.Operations, err)

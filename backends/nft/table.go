@@ -2,9 +2,11 @@ package nft
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/knftables"
@@ -24,6 +26,9 @@ type table struct {
 	fam  family
 	nft  knftables.Interface
 	read reader
+	// nl, when set, writes the incremental transactions through netlink
+	// (see netlink.go); nft writes the others.
+	nl *nlTable
 
 	env   *env             // the env of the parts below
 	parts map[string]*part // by owner, as last written
@@ -68,7 +73,28 @@ type plan struct {
 	elems  map[elemID]*string
 	claims map[elemID][]claim
 	stale  map[string]bool // chains emptied now
+
+	// ops are tx's operations, for the netlink path (see netlink.go).
+	ops []op
 }
+
+// op is one operation of a transaction.
+type op struct {
+	verb verb
+	obj  knftables.Object
+}
+
+type verb int
+
+const (
+	opAdd verb = iota
+	opFlush
+	opDelete
+)
+
+func (p *plan) add(o knftables.Object)    { p.tx.Add(o); p.ops = append(p.ops, op{opAdd, o}) }
+func (p *plan) flush(o knftables.Object)  { p.tx.Flush(o); p.ops = append(p.ops, op{opFlush, o}) }
+func (p *plan) delete(o knftables.Object) { p.tx.Delete(o); p.ops = append(p.ops, op{opDelete, o}) }
 
 // build computes the transaction that takes the kernel from the mirror (or,
 // when full, from what snap shows) to the wanted parts.
@@ -156,9 +182,8 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 		}
 	}
 
-	tx := p.tx
 	if full {
-		tx.Add(&knftables.Table{Comment: knftables.PtrTo("rules for kpng")})
+		p.add(&knftables.Table{Comment: knftables.PtrTo("rules for kpng")})
 	}
 
 	// 1. New sets and maps; sets whose definition changed are replaced
@@ -169,7 +194,7 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 		have := haveSets[name]
 		switch {
 		case have == nil:
-			addSet(tx, s)
+			p.add(setObject(s))
 		case have.sig() != s.sig():
 			replaceSets = append(replaceSets, s)
 		}
@@ -180,7 +205,9 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 		replaced[s.name] = true
 	}
 
-	// 2. New chains; base chains on the wrong hook are recreated.
+	// 2. New chains; base chains on the wrong hook are recreated. A chain
+	// whose rules use a set to replace is rewritten too: the kernel does
+	// not delete a set in use.
 	var rewrite []*chain
 	var recreate []*chain
 	for _, name := range slices.Sorted(maps.Keys(wantChains)) {
@@ -188,9 +215,9 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 		have, ok := haveChains[name]
 		switch {
 		case !ok:
-			tx.Add(newChain(c))
+			p.add(newChain(c))
 			rewrite = append(rewrite, c)
-		case have != c.sig:
+		case have != c.sig || usesAny(c, replaced):
 			if c.hook != nil && chainSig(c.hook, nil) != hookPart(have) {
 				recreate = append(recreate, c)
 			}
@@ -216,11 +243,11 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 		}
 		switch {
 		case want == nil && ok:
-			tx.Delete(elemObject(elem{elemID: id, isMap: haveSets[id.set] != nil && haveSets[id.set].isMap}))
+			p.delete(elemObject(elem{elemID: id, isMap: haveSets[id.set] != nil && haveSets[id.set].isMap}))
 			p.stats.elemsDeleted++
 			p.elems[id] = nil
 		case want != nil && ok && have != want.value:
-			tx.Delete(elemObject(want.elem))
+			p.delete(elemObject(want.elem))
 			p.stats.elemsDeleted++
 			fallthrough
 		case want != nil && !ok:
@@ -239,12 +266,12 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 	// are deleted later: see staleDelay).
 	for _, c := range rewrite {
 		if _, ok := haveChains[c.name]; ok && haveChains[c.name] != "" {
-			tx.Flush(&knftables.Chain{Name: c.name})
+			p.flush(&knftables.Chain{Name: c.name})
 		}
 	}
 	for _, c := range recreate {
-		tx.Delete(&knftables.Chain{Name: c.name})
-		tx.Add(newChain(c))
+		p.delete(&knftables.Chain{Name: c.name})
+		p.add(newChain(c))
 	}
 	for _, name := range slices.Sorted(maps.Keys(goneChains)) {
 		have, ok := haveChains[name]
@@ -252,7 +279,7 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 			continue
 		}
 		if have != "" {
-			tx.Flush(&knftables.Chain{Name: name})
+			p.flush(&knftables.Chain{Name: name})
 			p.stats.chainsEmptied++
 		}
 		p.chains[name] = ""
@@ -262,13 +289,13 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 	// 5. Sets no longer wanted, and sets replaced.
 	for _, name := range slices.Sorted(maps.Keys(goneSets)) {
 		if have := haveSets[name]; have != nil {
-			tx.Delete(setObject(have))
+			p.delete(setObject(have))
 		}
 		p.sets[name] = nil
 	}
 	for _, s := range replaceSets {
-		tx.Delete(setObject(s))
-		addSet(tx, s)
+		p.delete(setObject(s))
+		p.add(setObject(s))
 	}
 
 	// 6. The rules of new and changed chains.
@@ -278,14 +305,14 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 			if r.comment != "" {
 				rl.Comment = knftables.PtrTo(r.comment)
 			}
-			tx.Add(rl)
+			p.add(rl)
 		}
 		p.stats.chainsWritten++
 	}
 
 	// 7. New elements (they may point at the chains just written).
 	for _, e := range adds {
-		tx.Add(elemObject(e))
+		p.add(elemObject(e))
 		p.stats.elemsAdded++
 	}
 	return p
@@ -352,11 +379,11 @@ func (t *table) deleteStale(ctx context.Context, now time.Time) (int, error) {
 		return 0, nil
 	}
 	slices.Sort(due)
-	tx := t.nft.NewTransaction()
+	p := &plan{tx: t.nft.NewTransaction()}
 	for _, name := range due {
-		tx.Delete(&knftables.Chain{Name: name})
+		p.delete(&knftables.Chain{Name: name})
 	}
-	if err := t.nft.Run(ctx, tx); err != nil {
+	if _, err := t.run(ctx, p); err != nil {
 		return 0, fmt.Errorf("deleting %d stale chains: %w", len(due), err)
 	}
 	for _, name := range due {
@@ -366,16 +393,36 @@ func (t *table) deleteStale(ctx context.Context, now time.Time) (int, error) {
 	return len(due), nil
 }
 
+// run runs a plan's transaction: through netlink when the table has a
+// netlink writer, the plan is incremental and every operation translates;
+// through nft otherwise. It returns why an incremental plan could not go
+// through netlink ("" when it did, or when it was a full one).
+func (t *table) run(ctx context.Context, p *plan) (fallback string, err error) {
+	if t.nl == nil || p.full {
+		return "", t.nft.Run(ctx, p.tx)
+	}
+	msgs, err := t.nl.encode(p.ops, func(name string) *set {
+		if s, ok := p.sets[name]; ok && s != nil {
+			return s
+		}
+		return t.sets[name]
+	})
+	var u *untranslatable
+	switch {
+	case errors.As(err, &u):
+		return u.what, t.nft.Run(ctx, p.tx)
+	case err != nil:
+		return "", err
+	}
+	return "", t.nl.send(ctx, msgs)
+}
+
 func newChain(c *chain) *knftables.Chain {
 	kc := &knftables.Chain{Name: c.name}
 	if c.hook != nil {
 		kc.Type, kc.Hook, kc.Priority = knftables.PtrTo(c.hook.typ), knftables.PtrTo(c.hook.hook), knftables.PtrTo(c.hook.priority)
 	}
 	return kc
-}
-
-func addSet(tx *knftables.Transaction, s *set) {
-	tx.Add(setObject(s))
 }
 
 func setObject(s *set) knftables.Object {
@@ -407,6 +454,21 @@ func elemObject(e elem) *knftables.Element {
 		ke.Comment = knftables.PtrTo(e.comment)
 	}
 	return ke
+}
+
+// usesAny reports whether a rule of c names one of sets ("@name").
+func usesAny(c *chain, sets map[string]bool) bool {
+	if len(sets) == 0 {
+		return false
+	}
+	for _, r := range c.rules {
+		for _, f := range strings.Fields(r.text) {
+			if name, ok := strings.CutPrefix(f, "@"); ok && sets[name] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // hookPart is the hook part of a chain signature.
