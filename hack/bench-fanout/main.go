@@ -38,6 +38,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,6 +66,7 @@ func main() {
 	full := flag.Int("full-agents", 10, "of the agents, how many are complete node agents (own store and brain view)")
 	changes := flag.Int("changes", 50, "EndpointSlice changes to measure")
 	parallel := flag.Int("initial-parallel", 50, "agents receiving their first full state at once (bounds this process's memory)")
+	profile := flag.String("brain-cpuprofile", "", "write a CPU profile of the brain during the changes (the last cluster size's) to this file")
 	serve := flag.String("serve", "", "internal: run the brain on this socket")
 	flag.Parse()
 	klog.SetOutput(io.Discard)
@@ -80,7 +82,7 @@ func main() {
 		}
 		return
 	}
-	cfg := config{endpoints: *endpoints, agents: *agents, full: min(*full, *agents), changes: *changes, parallel: max(*parallel, 1)}
+	cfg := config{endpoints: *endpoints, agents: *agents, full: min(*full, *agents), changes: *changes, parallel: max(*parallel, 1), profile: *profile}
 	var results []result
 	for _, s := range strings.Split(*services, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -169,8 +171,9 @@ func (c countingConn) Read(b []byte) (int, error) {
 // runServer is the child, the brain: a store served on sock. It reads
 // commands on stdin, one per line:
 //
-//	change N   applies change N, answers "N <unix nanoseconds before the change>"
-//	bytes      answers "<bytes written> <bytes read>" on the wire so far
+//	change N      applies change N, answers "N <unix nanoseconds before the change>"
+//	bytes         answers "<bytes written> <bytes read>" on the wire so far
+//	profile FILE  writes a CPU profile to FILE until stdin closes
 func runServer(sock string, services, eps, nodes int) error {
 	store := cluster.NewStore()
 	store.Update(func(tx *cluster.Tx) {
@@ -209,6 +212,13 @@ func runServer(sock string, services, eps, nodes int) error {
 				fmt.Printf("%d %d\n", n, at.UnixNano())
 			case len(f) == 1 && f[0] == "bytes":
 				fmt.Printf("%d %d\n", written.Load(), read.Load())
+			case len(f) == 2 && f[0] == "profile":
+				out, err := os.Create(f[1])
+				if err == nil {
+					err = pprof.StartCPUProfile(out)
+				}
+				fmt.Println("profiling", err)
+				defer pprof.StopCPUProfile()
 			default:
 				fmt.Printf("unknown command %q\n", in.Text())
 			}
@@ -242,6 +252,7 @@ func procStats(pid int) (cpu time.Duration, rss, peak int64) {
 
 type config struct {
 	services, endpoints, agents, full, changes, parallel int
+	profile                                              string
 }
 
 // result is one cluster size's measurements.
@@ -393,6 +404,11 @@ func runBench(c config) (result, error) {
 	}
 	r.initialBytesPerAgent = w0 / int64(c.agents)
 
+	if c.profile != "" {
+		if f, err := brainP.ask("profile " + c.profile); err != nil || len(f) != 2 || f[1] != "<nil>" {
+			return r, fmt.Errorf("profiling the brain: %q %v", f, err)
+		}
+	}
 	cpuStart, _, _ := procStats(pid)
 	for n := 1; n <= c.changes; n++ {
 		f, err := brainP.ask(fmt.Sprintf("change %d", n))
