@@ -1,0 +1,317 @@
+//go:build e2e
+
+package iptables
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kpng/kpng/test/e2e/netlab"
+)
+
+// Real packets through to-iptables for what the shared suite
+// (test/e2e/services) does not cover: every detect-local mode, and
+// localhost node ports with the CVE-2020-8558 protection. Each test runs
+// kpng in node-1 of a netlab lab (its own namespaces) and observes what a
+// user would: who answered, the source address the pod saw, or a drop.
+
+const (
+	packetsAnswer = time.Second
+	packetsDrop   = 300 * time.Millisecond
+	packetsSettle = 10 * time.Second
+	packetsSync   = time.Minute
+)
+
+// startKpng runs to-iptables in node with cfg, returning after its first
+// sync. stop ends it and removes its rules (--cleanup), so the next run in
+// the same node starts from clean tables.
+func startKpng(t *testing.T, node *netlab.Node, state *netlab.State, cfg netlab.ProxyConfig) (stop func()) {
+	t.Helper()
+	b := netlab.Kpng("iptables")
+	p := b.Start(t, node, state.Path, cfg)
+	p.WaitOutput(t, b.SyncedLine(), packetsSync)
+	return func() {
+		t.Helper()
+		if err := p.Stop(); err != nil {
+			t.Errorf("stop kpng: %v", err)
+		}
+		b.Cleanup(t, node, state.Path, cfg)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func famName(fam int) string { return fmt.Sprintf("IPv%d", fam) }
+
+// TestPacketsDetectLocalModes: for each --detect-local-mode, traffic from a
+// pod keeps its address, traffic from the node to a cluster IP is
+// masqueraded (the reply must come back through this node), and a pod
+// reaching an externalTrafficPolicy: Local service through its external IP
+// is short-circuited to the Cluster policy (it reaches the endpoint on
+// node-2, though node-1 has none). With None nothing is detected: no
+// masquerade of the node's traffic, no short circuit (the external IP
+// drops, as for any client).
+func TestPacketsDetectLocalModes(t *testing.T) {
+	lab := netlab.New(t, netlab.DefaultSpec())
+	state := netlab.NewState(t, lab)
+	podA, podB, podC := lab.Pod("pod-a"), lab.Pod("pod-b"), lab.Pod("pod-c")
+	n1 := lab.Node("node-1")
+	if !n1.BrNetfilter {
+		t.Fatal("the kernel lacks br_netfilter: a pod cannot reach a same-node endpoint through a service; load br_netfilter")
+	}
+	port := netlab.TCPPort("tcp", 80, 8080)
+	local := state.AddService("local-ep", port)
+	state.SetEndpoints(local, netlab.Ready(podA)...)
+	remote := state.AddService("remote-ep", port)
+	state.SetEndpoints(remote, netlab.Ready(podC)...)
+	etp := state.AddService("etp-local", port)
+	etp.Spec.ExternalIPs = []string{"203.0.113.30", "2001:db8::30"}
+	etp.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	state.SetEndpoints(etp, netlab.Ready(podC)...)
+	itp := state.AddService("itp-local", port)
+	itp.Spec.InternalTrafficPolicy = ptrTo(corev1.ServiceInternalTrafficPolicyLocal)
+	state.SetEndpoints(itp, netlab.Ready(podB, podC)...)
+	itpRemote := state.AddService("itp-local-remote", port)
+	itpRemote.Spec.InternalTrafficPolicy = ptrTo(corev1.ServiceInternalTrafficPolicyLocal)
+	state.SetEndpoints(itpRemote, netlab.Ready(podC)...)
+	state.Write(t)
+
+	for _, tc := range []struct {
+		mode    string
+		cfg     netlab.ProxyConfig
+		detects bool
+	}{
+		{"ClusterCIDR", netlab.ProxyConfig{ClusterCIDRs: []netip.Prefix{netlab.ClusterCIDRv4, netlab.ClusterCIDRv6}}, true},
+		{"NodeCIDR", netlab.ProxyConfig{}, true},
+		{"BridgeInterface", netlab.ProxyConfig{Extra: []string{"--pod-bridge-interface=" + netlab.PodBridge}}, true},
+		{"InterfaceNamePrefix", netlab.ProxyConfig{Extra: []string{"--pod-interface-name-prefix=kpbr"}}, true},
+		{"None", netlab.ProxyConfig{}, false},
+		// ClusterCIDR without --cluster-cidr detects nothing, as kube-proxy.
+		{"ClusterCIDR-without-CIDRs", netlab.ProxyConfig{DetectLocalMode: "ClusterCIDR"}, false},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			cfg := tc.cfg
+			if cfg.DetectLocalMode == "" {
+				cfg.DetectLocalMode = tc.mode
+			}
+			stop := startKpng(t, n1, state, cfg)
+			defer stop()
+			for _, fam := range []int{4, 6} {
+				// Pod to a remote endpoint: never masqueraded.
+				dst := netlab.ClusterIP(remote, fam, 80)
+				r := netlab.Eventually(t, packetsSettle, func() netlab.Result { return podA.Dial(netlab.TCP, dst, packetsAnswer) }, netlab.Answered("pod-c"))
+				if r.Peer.Addr() != podA.Addr(fam) {
+					t.Errorf("%s pod-a -> remote-ep: pod-c saw %s; want pod-a's own %s", famName(fam), r.Peer.Addr(), podA.Addr(fam))
+				}
+
+				// Node to a same-node endpoint: masqueraded (to the bridge
+				// address) when the mode tells pods from the rest.
+				dst = netlab.ClusterIP(local, fam, 80)
+				r = netlab.Eventually(t, packetsSettle, func() netlab.Result { return n1.Dial(netlab.TCP, dst, packetsAnswer) }, netlab.Answered("pod-a"))
+				gw := n1.GatewayV4
+				if fam == 6 {
+					gw = n1.GatewayV6
+				}
+				want := n1.Addr(fam)
+				if tc.detects {
+					want = gw
+				}
+				if r.Peer.Addr() != want {
+					t.Errorf("%s node-1 -> local-ep: pod-a saw %s; want %s (masquerade expected: %v)", famName(fam), r.Peer.Addr(), want, tc.detects)
+				}
+
+				// internalTrafficPolicy: Local, whatever the mode: node-1's
+				// pods and node-1 itself reach node-1's endpoint only, and
+				// nothing when node-1 has none.
+				for _, client := range []*netlab.Host{&podA.Host, &n1.Host} {
+					dst := netlab.ClusterIP(itp, fam, 80)
+					dial := func() netlab.Result { return client.Dial(netlab.TCP, dst, packetsAnswer) }
+					netlab.Eventually(t, packetsSettle, dial, netlab.Answered("pod-b"))
+					for got := range netlab.Spread(20, dial) {
+						if got != "pod-b" {
+							t.Errorf("%s %s -> itp-local: answered by %s; want pod-b only (node-1's endpoint)", famName(fam), client.Name, got)
+						}
+					}
+					dst = netlab.ClusterIP(itpRemote, fam, 80)
+					if r := client.Dial(netlab.TCP, dst, packetsDrop); r.Outcome != netlab.TimedOut {
+						t.Errorf("%s %s -> itp-local-remote (no endpoint on node-1): %v; want a drop", famName(fam), client.Name, r)
+					}
+				}
+
+				// Pod to an external IP of an ETP Local service whose only
+				// endpoint is on node-2.
+				ext := netip.AddrPortFrom(netip.MustParseAddr(etp.Spec.ExternalIPs[map[int]int{4: 0, 6: 1}[fam]]), 80)
+				dial := func() netlab.Result { return podA.Dial(netlab.TCP, ext, packetsAnswer) }
+				if tc.detects {
+					r = netlab.Eventually(t, packetsSettle, dial, netlab.Answered("pod-c"))
+					if r.Peer.Addr() != podA.Addr(fam) {
+						t.Errorf("%s pod-a -> etp-local external IP: pod-c saw %s; want pod-a's own %s", famName(fam), r.Peer.Addr(), podA.Addr(fam))
+					}
+					continue
+				}
+				for range 3 {
+					if r := podA.Dial(netlab.TCP, ext, packetsDrop); r.Outcome != netlab.TimedOut {
+						t.Errorf("%s pod-a -> etp-local external IP without local detection: %v; want a drop (no local endpoint)", famName(fam), r)
+					}
+				}
+			}
+		})
+	}
+}
+
+// localhostDaemon is a UDP daemon of a node bound to 127.0.0.1, as a node
+// daemon with a local-only control port: it counts the datagrams that reach
+// it from outside 127.0.0.0/8. One datagram reaching it is the
+// CVE-2020-8558 exposure (a reply need not come back for the harm).
+type localhostDaemon struct{ fromOutside, fromLoopback atomic.Int64 }
+
+func serveLocalhost(t *testing.T, h *netlab.Host, port int) *localhostDaemon {
+	t.Helper()
+	var c net.PacketConn
+	err := h.Do(func() error {
+		var err error
+		c, err = net.ListenPacket("udp4", fmt.Sprintf("127.0.0.1:%d", port))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	d := &localhostDaemon{}
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			_, from, err := c.ReadFrom(buf)
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			if err != nil {
+				continue
+			}
+			if a, ok := from.(*net.UDPAddr); ok && !a.IP.IsLoopback() {
+				d.fromOutside.Add(1)
+			} else {
+				d.fromLoopback.Add(1)
+			}
+		}
+	}()
+	return d
+}
+
+// sendFrom sends n datagrams to dst from h's namespace, 20 ms apart.
+func sendFrom(t *testing.T, h *netlab.Host, dst netip.AddrPort, n int) {
+	t.Helper()
+	var c net.Conn
+	if err := h.Do(func() error {
+		var err error
+		c, err = net.Dial("udp4", dst.String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for range n {
+		if _, err := c.Write([]byte("attack\n")); err != nil {
+			t.Fatalf("%s: send to %s: %v", h.Name, dst, err)
+		}
+		time.Sleep(20 * time.Millisecond) // pacing, not a wait for a condition
+	}
+}
+
+// TestPacketsLocalhostNodePorts: node ports answer on 127.0.0.1 from the
+// node itself (route_localnet=1, set by kpng), while a neighbour that sends
+// packets for 127.0.0.1 to the node cannot reach a daemon bound to
+// localhost there (CVE-2020-8558: route_localnet alone lets it; the
+// KPNG-FIREWALL rule drops it). The exposure is first shown with
+// route_localnet=1 and no rules, so the drop is the rule's doing. With
+// --localhost-nodeports=false, 127.0.0.1 accepts no node port.
+func TestPacketsLocalhostNodePorts(t *testing.T) {
+	lab := netlab.New(t, netlab.DefaultSpec())
+	state := netlab.NewState(t, lab)
+	n1, ext := lab.Node("node-1"), lab.External
+	np := state.AddService("np", netlab.TCPPort("tcp", 80, 8080))
+	np.Spec.Type = corev1.ServiceTypeNodePort
+	np.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+	np.Spec.Ports[0].NodePort = 30090
+	state.SetEndpoints(np, netlab.Ready(lab.Pod("pod-c"))...)
+	state.Write(t)
+
+	const daemonPort = 9099
+	daemon := serveLocalhost(t, &n1.Host, daemonPort)
+	// The neighbour routes 127.0.0.0/8 to node-1, as an attacker on the
+	// node's network can: its own loopback routes go, and route_localnet
+	// lets it send such packets on eth0.
+	for _, argv := range [][]string{
+		{"ip", "route", "del", "local", "127.0.0.0/8", "dev", "lo", "table", "local"},
+		{"ip", "route", "del", "local", "127.0.0.1", "dev", "lo", "table", "local"},
+		{"ip", "route", "add", "127.0.0.0/8", "via", n1.IPv4.String()},
+		{"sysctl", "-qw", "net.ipv4.conf.all.route_localnet=1", "net.ipv4.conf." + netlab.NodeInterface + ".route_localnet=1"},
+	} {
+		if out, err := ext.Run(argv...); err != nil {
+			t.Fatalf("external: %v: %v\n%s", argv, err, out)
+		}
+	}
+	target := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), daemonPort)
+
+	// Control: with route_localnet=1 and no rules, the neighbour reaches
+	// the daemon.
+	if out, err := n1.Run("sysctl", "-qw", "net.ipv4.conf.all.route_localnet=1"); err != nil {
+		t.Fatalf("node-1 route_localnet: %v\n%s", err, out)
+	}
+	for end := time.Now().Add(packetsSettle); daemon.fromOutside.Load() == 0; {
+		if time.Now().After(end) {
+			t.Fatal("control failed: with route_localnet=1 and no rules, the neighbour's datagrams for 127.0.0.1 never reached node-1's daemon; the test cannot show the protection")
+		}
+		sendFrom(t, ext, target, 5)
+	}
+	if out, err := n1.Run("sysctl", "-qw", "net.ipv4.conf.all.route_localnet=0"); err != nil {
+		t.Fatalf("node-1 route_localnet: %v\n%s", err, out)
+	}
+
+	t.Run("on", func(t *testing.T) {
+		stop := startKpng(t, n1, state, netlab.ProxyConfig{})
+		defer stop()
+		if v, err := n1.NS.ReadSysctl("net/ipv4/conf/all/route_localnet"); err != nil || v != "1" {
+			t.Fatalf("kpng did not set route_localnet=1: %q %v", v, err)
+		}
+		nodePort := netip.MustParseAddrPort("127.0.0.1:30090")
+		netlab.Eventually(t, packetsSettle, func() netlab.Result { return n1.Dial(netlab.TCP, nodePort, packetsAnswer) }, netlab.Answered("pod-c"))
+		before := daemon.fromOutside.Load()
+		sendFrom(t, ext, target, 20)
+		// The node's own datagram, sent after them, reaches the daemon;
+		// once it is read, so is anything of the neighbour's before it.
+		marks := daemon.fromLoopback.Load()
+		sendFrom(t, &n1.Host, target, 1)
+		for end := time.Now().Add(packetsSettle); daemon.fromLoopback.Load() == marks; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatal("node-1's own datagram to its localhost daemon was not received")
+			}
+		}
+		if got := daemon.fromOutside.Load() - before; got != 0 {
+			t.Errorf("%d of the neighbour's 20 datagrams for 127.0.0.1:%d reached node-1's daemon; want none (CVE-2020-8558)", got, daemonPort)
+		}
+	})
+
+	t.Run("off", func(t *testing.T) {
+		stop := startKpng(t, n1, state, netlab.ProxyConfig{Extra: []string{"--localhost-nodeports=false"}})
+		defer stop()
+		// The node port still answers on the node's address...
+		netlab.Eventually(t, packetsSettle, func() netlab.Result {
+			return n1.Dial(netlab.TCP, netip.AddrPortFrom(n1.IPv4, 30090), packetsAnswer)
+		}, netlab.Answered("pod-c"))
+		// ...but not on 127.0.0.1, where nothing listens.
+		nodePort := netip.MustParseAddrPort("127.0.0.1:30090")
+		for range 3 {
+			if r := n1.Dial(netlab.TCP, nodePort, packetsAnswer); r.Outcome != netlab.Refused {
+				t.Errorf("node-1 -> 127.0.0.1:30090 with --localhost-nodeports=false: %v; want refused", r)
+			}
+		}
+	})
+}
