@@ -34,20 +34,23 @@ type Incremental interface {
 }
 
 // EndpointKey identifies an endpoint within its service: the service port it
-// serves (name and protocol) and its address.
+// serves (name and protocol), its address and its target port (as in
+// kube-proxy, one address may serve a port on two port numbers, e.g. during
+// a host-network rollout: two endpoints).
 type EndpointKey struct {
 	PortName string
 	Protocol localv1.Protocol
 	IP       string
+	Port     int32
 }
 
 // EndpointKeyOf returns an endpoint's key.
 func EndpointKeyOf(ep *localv1.Endpoint) EndpointKey {
-	return EndpointKey{PortName: ep.PortName, Protocol: ep.Protocol, IP: ep.Ip}
+	return EndpointKey{PortName: ep.PortName, Protocol: ep.Protocol, IP: ep.Ip, Port: ep.Port}
 }
 
 func compareEndpointKeys(a, b EndpointKey) int {
-	return cmp.Or(strings.Compare(a.PortName, b.PortName), cmp.Compare(a.Protocol, b.Protocol), strings.Compare(a.IP, b.IP))
+	return cmp.Or(strings.Compare(a.PortName, b.PortName), cmp.Compare(a.Protocol, b.Protocol), strings.Compare(a.IP, b.IP), cmp.Compare(a.Port, b.Port))
 }
 
 // FromIncremental adapts an incremental backend to the full-state Backend
