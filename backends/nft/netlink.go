@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -70,15 +71,26 @@ type nlTable struct {
 	table string
 	conn  *netlink.Conn
 	seq   uint32
+	// nonce and anon name anonymous maps: "__map-kpng-NONCE-N". The nonce is
+	// random per process: a new process does not know which names its
+	// predecessor used. (nft's own "__mapN" names never contain a "-".)
+	nonce string
+	anon  uint64
 	// dial opens the socket, in the network namespace of the calling
 	// thread (a variable for tests).
 	dial func() (*netlink.Conn, error)
 }
 
 func newNLTable(fam family, table string) *nlTable {
-	return &nlTable{fam: fam, table: table, dial: func() (*netlink.Conn, error) {
+	return &nlTable{fam: fam, table: table, nonce: fmt.Sprintf("%016x", rand.Uint64()), dial: func() (*netlink.Conn, error) {
 		return netlink.Dial(unix.NETLINK_NETFILTER, nil)
 	}}
+}
+
+// anonName is a new anonymous map's name.
+func (w *nlTable) anonName() string {
+	w.anon++
+	return "__map-kpng-" + w.nonce + "-" + strconv.FormatUint(w.anon, 10)
 }
 
 // batch is one transaction being encoded.
@@ -90,12 +102,14 @@ type batch struct {
 	newIDs map[string]uint32 // sets created in this batch, by name
 	// sets gives a set's definition (element keys are encoded by type).
 	sets func(name string) *set
+	// anonName names a new anonymous map.
+	anonName func() string
 }
 
 // encode translates ops into netlink messages, or returns an
 // *untranslatable error naming the first operation it cannot translate.
 func (w *nlTable) encode(ops []op, sets func(string) *set) ([]netlink.Message, error) {
-	b := &batch{fam: w.fam, table: w.table, newIDs: map[string]uint32{}, sets: sets}
+	b := &batch{fam: w.fam, table: w.table, newIDs: map[string]uint32{}, sets: sets, anonName: w.anonName}
 	for _, o := range ops {
 		if err := b.op(o); err != nil {
 			return nil, err

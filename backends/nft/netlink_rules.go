@@ -86,7 +86,7 @@ func (b *batch) ruleExprs(text string) ([]expr.Any, error) {
 		if err != nil {
 			return nil, err
 		}
-		id, err := b.dnatMap(elems)
+		name, id, err := b.dnatMap(elems)
 		if err != nil {
 			return nil, err
 		}
@@ -99,7 +99,7 @@ func (b *batch) ruleExprs(text string) ([]expr.Any, error) {
 			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{proto}},
 			&expr.Numgen{Register: reg1, Modulus: n, Type: unix.NFT_NG_RANDOM},
-			&expr.Lookup{SourceRegister: reg1, DestRegister: reg1, IsDestRegSet: true, SetName: "__map%d", SetID: id},
+			&expr.Lookup{SourceRegister: reg1, DestRegister: reg1, IsDestRegSet: true, SetName: name, SetID: id},
 			&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(f.nfproto()), RegAddrMin: reg1, RegProtoMin: protoReg},
 		}, nil
 	}
@@ -113,10 +113,10 @@ func (b *batch) ruleExprs(text string) ([]expr.Any, error) {
 				return nil, cannot("chain name %q", e[2])
 			}
 		}
-		id := b.vmap(elems)
+		name, id := b.vmap(elems)
 		return []expr.Any{
 			&expr.Numgen{Register: reg1, Modulus: n, Type: unix.NFT_NG_RANDOM},
-			&expr.Lookup{SourceRegister: reg1, DestRegister: 0, IsDestRegSet: true, SetName: "__map%d", SetID: id},
+			&expr.Lookup{SourceRegister: reg1, DestRegister: 0, IsDestRegSet: true, SetName: name, SetID: id},
 		}, nil
 	}
 	if m := reSaddrSet.FindStringSubmatch(text); m != nil && m[1] == f.ipX && validName(m[2]) && validName(m[3]) {
@@ -255,12 +255,19 @@ func modElems(mod, list, sep string, re *regexp.Regexp) (uint32, [][]string, err
 }
 
 // anonMap appends an anonymous constant map keyed by numgen (a host-endian
-// u32) and its elements; it returns the map's ID in the batch.
-func (b *batch) anonMap(dataType, dataLen uint32, udata []byte, n int, elems func(*netlink.AttributeEncoder)) uint32 {
+// u32) and its elements; it returns the map's name and ID in the batch.
+//
+// nft names it "__map%d", and the kernel then picks the lowest free number
+// by parsing the name of every set in the table: at 10,000 services, as
+// long as the rest of such a transaction. We name it ourselves, uniquely
+// (see nlTable.anonName); the kernel keeps the name as given, and nothing
+// else differs (listings show anonymous maps inline, without their name).
+func (b *batch) anonMap(dataType, dataLen uint32, udata []byte, n int, elems func(*netlink.AttributeEncoder)) (string, uint32) {
 	id := b.newID("")
+	name := b.anonName()
 	b.msg(unix.NFT_MSG_NEWSET, netlink.Create, func(ae *netlink.AttributeEncoder) {
 		ae.String(unix.NFTA_SET_TABLE, b.table)
-		ae.String(unix.NFTA_SET_NAME, "__map%d")
+		ae.String(unix.NFTA_SET_NAME, name)
 		ae.Uint32(unix.NFTA_SET_FLAGS, unix.NFT_SET_ANONYMOUS|unix.NFT_SET_CONSTANT|unix.NFT_SET_MAP)
 		ae.Uint32(unix.NFTA_SET_KEY_TYPE, typeInteger)
 		ae.Uint32(unix.NFTA_SET_KEY_LEN, 4)
@@ -275,18 +282,18 @@ func (b *batch) anonMap(dataType, dataLen uint32, udata []byte, n int, elems fun
 	})
 	b.msg(unix.NFT_MSG_NEWSETELEM, netlink.Create, func(ae *netlink.AttributeEncoder) {
 		ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, b.table)
-		ae.String(unix.NFTA_SET_ELEM_LIST_SET, "__map%d")
+		ae.String(unix.NFTA_SET_ELEM_LIST_SET, name)
 		ae.Uint32(unix.NFTA_SET_ELEM_LIST_SET_ID, id)
 		ae.Nested(unix.NFTA_SET_ELEM_LIST_ELEMENTS, func(ae *netlink.AttributeEncoder) error {
 			elems(ae)
 			return nil
 		})
 	})
-	return id
+	return name, id
 }
 
 // dnatMap is the map of "dnat ... to numgen random mod N map { i : addr . port }".
-func (b *batch) dnatMap(elems [][]string) (uint32, error) {
+func (b *batch) dnatMap(elems [][]string) (string, uint32, error) {
 	f := b.fam
 	type target struct{ data []byte }
 	targets := make([]target, len(elems))
@@ -294,7 +301,7 @@ func (b *batch) dnatMap(elems [][]string) (uint32, error) {
 		a, err := netip.ParseAddr(m[2])
 		port, perr := strconv.ParseUint(m[3], 10, 16)
 		if err != nil || perr != nil || !f.has(a) || a.Is4In6() || a.Zone() != "" {
-			return 0, cannot("map element %q", m[0])
+			return "", 0, cannot("map element %q", m[0])
 		}
 		d := a.AsSlice()
 		d = binary.BigEndian.AppendUint16(d, uint16(port))
@@ -307,18 +314,19 @@ func (b *batch) dnatMap(elems [][]string) (uint32, error) {
 	udata := udataU32(nil, udataSetKeyByteorder, byteorderHost)
 	udata = udataU32(udata, udataSetDataByteorder, byteorderInvalid)
 	udata = udataU32(udata, udataSetDataInterval, 0)
-	return b.anonMap(dataType, uint32(f.addrLen()+4), udata, len(targets), func(ae *netlink.AttributeEncoder) {
+	name, id := b.anonMap(dataType, uint32(f.addrLen()+4), udata, len(targets), func(ae *netlink.AttributeEncoder) {
 		for i, t := range targets {
 			ae.Nested(unix.NFTA_LIST_ELEM, func(ae *netlink.AttributeEncoder) error {
 				encodeElem(ae, binary.NativeEndian.AppendUint32(nil, uint32(i)), nil, t.data)
 				return nil
 			})
 		}
-	}), nil
+	})
+	return name, id, nil
 }
 
 // vmap is the map of "numgen random mod N vmap { i : goto CHAIN }".
-func (b *batch) vmap(elems [][]string) uint32 {
+func (b *batch) vmap(elems [][]string) (string, uint32) {
 	udata := udataU32(nil, udataSetKeyByteorder, byteorderHost)
 	udata = udataU32(udata, udataSetDataByteorder, byteorderInvalid)
 	// The value's "typeof": a verdict expression (nft's own encoding).
