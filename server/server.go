@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 	"k8s.io/klog/v2"
 
 	"github.com/kpng/kpng/api/globalv1"
@@ -83,7 +84,11 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 	s.ctx = ctx
 	s.mu.Unlock()
 
-	g := grpc.NewServer(opts...)
+	// Clients ping idle connections (client.Dial: every 30 s) to notice a
+	// vanished server; gRPC's default policy (one ping per 5 minutes) would
+	// close them for it. 10 s is the fastest a gRPC client may ping.
+	enforce := grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true})
+	g := grpc.NewServer(append([]grpc.ServerOption{enforce}, opts...)...)
 	localv1.RegisterWatchServer(g, localService{s: s})
 	globalv1.RegisterWatchServer(g, globalService{s: s})
 	done := make(chan error, 1)

@@ -38,6 +38,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -264,6 +265,7 @@ type result struct {
 	initialBytesPerAgent   int64
 	rssIdle, rssSynced     int64 // brain, before the agents and once they all synced
 	peakSynced, rssChanged int64
+	agentsRSS              int64 // this process, once the agents synced
 
 	// allAgents[i]: change i to the last agent holding it; perAgent: every
 	// agent's time; full: the complete agents' times (to their node view).
@@ -403,6 +405,8 @@ func runBench(c config) (result, error) {
 		return r, err
 	}
 	r.initialBytesPerAgent = w0 / int64(c.agents)
+	runtime.GC()
+	_, r.agentsRSS, _ = procStats(os.Getpid())
 
 	if c.profile != "" {
 		if f, err := brainP.ask("profile " + c.profile); err != nil || len(f) != 2 || f[1] != "<nil>" {
@@ -542,6 +546,9 @@ func printTable(c config, rs []result) {
 		fmt.Printf("\n%dx the Services: the initial state is %.1fx the bytes, a one-endpoint change %.2fx\n",
 			b.services/max(a.services, 1), float64(b.initialBytesPerAgent)/float64(max(a.initialBytesPerAgent, 1)),
 			float64(b.bytesPerChange)/float64(max(a.bytesPerChange, 1)))
+	}
+	for _, r := range rs {
+		fmt.Printf("agents' process RSS once synced at %d Services: %s\n", r.services, mib(r.agentsRSS))
 	}
 	fmt.Printf("(bytes read by the brain per change, the agents' requests and acknowledgements: %d B)\n", rs[len(rs)-1].readPerChange)
 }
