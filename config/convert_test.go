@@ -13,100 +13,7 @@ import (
 // written as v1alpha2 with the value at its new place, and converts back to
 // v1alpha1 with the original value at the original place.
 func TestKEP784FieldMapping(t *testing.T) {
-	cases := []struct {
-		name   string
-		v1     string // v1alpha1 body (without apiVersion/kind)
-		v2Path string
-		want   any    // value at v2Path in the written v1alpha2 (JSON form)
-		v1Path string // "" when the field does not come back (dropped)
-		wantV1 any    // value at v1Path after converting back; nil means want
-	}{
-		// Moved (KEP-784 "Following fields will be moved").
-		{name: "conntrack.maxPerCore moves to linux.conntrack.maxPerCore", v1: "conntrack:\n  maxPerCore: 7\n", v2Path: "linux.conntrack.maxPerCore", want: 7.0, v1Path: "conntrack.maxPerCore"},
-		{name: "conntrack.min moves to linux.conntrack.min", v1: "conntrack:\n  min: 9\n", v2Path: "linux.conntrack.min", want: 9.0, v1Path: "conntrack.min"},
-		{name: "conntrack.tcpEstablishedTimeout moves to linux.conntrack", v1: "conntrack:\n  tcpEstablishedTimeout: 2h\n", v2Path: "linux.conntrack.tcpEstablishedTimeout", want: "2h0m0s", v1Path: "conntrack.tcpEstablishedTimeout"},
-		{name: "conntrack.tcpCloseWaitTimeout moves to linux.conntrack", v1: "conntrack:\n  tcpCloseWaitTimeout: 5m\n", v2Path: "linux.conntrack.tcpCloseWaitTimeout", want: "5m0s", v1Path: "conntrack.tcpCloseWaitTimeout"},
-		{name: "conntrack.tcpBeLiberal moves to linux.conntrack", v1: "conntrack:\n  tcpBeLiberal: true\n", v2Path: "linux.conntrack.tcpBeLiberal", want: true, v1Path: "conntrack.tcpBeLiberal"},
-		{name: "conntrack.udpTimeout moves to linux.conntrack", v1: "conntrack:\n  udpTimeout: 31s\n", v2Path: "linux.conntrack.udpTimeout", want: "31s", v1Path: "conntrack.udpTimeout"},
-		{name: "conntrack.udpStreamTimeout moves to linux.conntrack", v1: "conntrack:\n  udpStreamTimeout: 301s\n", v2Path: "linux.conntrack.udpStreamTimeout", want: "5m1s", v1Path: "conntrack.udpStreamTimeout"},
-		{name: "oomScoreAdj moves to linux.oomScoreAdj", v1: "oomScoreAdj: -500\n", v2Path: "linux.oomScoreAdj", want: -500.0, v1Path: "oomScoreAdj"},
-		{name: "iptables.masqueradeAll moves to linux.masqueradeAll in iptables mode", v1: "mode: iptables\niptables:\n  masqueradeAll: true\n", v2Path: "linux.masqueradeAll", want: true, v1Path: "iptables.masqueradeAll"},
-		{name: "iptables.masqueradeAll moves to linux.masqueradeAll in ipvs mode (ipvs reads it)", v1: "mode: ipvs\niptables:\n  masqueradeAll: true\n", v2Path: "linux.masqueradeAll", want: true, v1Path: "iptables.masqueradeAll"},
-		{name: "nftables.masqueradeAll moves to linux.masqueradeAll in nftables mode", v1: "mode: nftables\nnftables:\n  masqueradeAll: true\n", v2Path: "linux.masqueradeAll", want: true, v1Path: "nftables.masqueradeAll"},
-		{name: "iptables.syncPeriod moves to syncPeriod in the default mode", v1: "iptables:\n  syncPeriod: 10s\n", v2Path: "syncPeriod", want: "10s", v1Path: "iptables.syncPeriod"},
-		{name: "nftables.syncPeriod moves to syncPeriod in nftables mode", v1: "mode: nftables\nnftables:\n  syncPeriod: 11s\n", v2Path: "syncPeriod", want: "11s", v1Path: "nftables.syncPeriod"},
-		{name: "ipvs.syncPeriod moves to syncPeriod in ipvs mode", v1: "mode: ipvs\nipvs:\n  syncPeriod: 12s\n", v2Path: "syncPeriod", want: "12s", v1Path: "ipvs.syncPeriod"},
-		{name: "iptables.minSyncPeriod moves to minSyncPeriod in iptables mode", v1: "mode: iptables\niptables:\n  minSyncPeriod: 2s\n", v2Path: "minSyncPeriod", want: "2s", v1Path: "iptables.minSyncPeriod"},
-		{name: "nftables.minSyncPeriod moves to minSyncPeriod in nftables mode", v1: "mode: nftables\nnftables:\n  minSyncPeriod: 3s\n", v2Path: "minSyncPeriod", want: "3s", v1Path: "nftables.minSyncPeriod"},
-		{name: "ipvs.minSyncPeriod moves to minSyncPeriod in ipvs mode", v1: "mode: ipvs\nipvs:\n  minSyncPeriod: 4s\n", v2Path: "minSyncPeriod", want: "4s", v1Path: "ipvs.minSyncPeriod"},
-		{name: "ipvs.minSyncPeriod's v1alpha1 default 0s survives in ipvs mode", v1: "mode: ipvs\n", v2Path: "minSyncPeriod", want: "0s", v1Path: "ipvs.minSyncPeriod"},
-		{name: "kernelspace mode reads iptables.syncPeriod", v1: "mode: kernelspace\niptables:\n  syncPeriod: 13s\n", v2Path: "syncPeriod", want: "13s", v1Path: "iptables.syncPeriod"},
-
-		// Changed.
-		{name: "clusterCIDR becomes a one-element detectLocal.clusterCIDRs", v1: "clusterCIDR: 10.244.0.0/16\n", v2Path: "detectLocal.clusterCIDRs", want: []any{"10.244.0.0/16"}, v1Path: "clusterCIDR", wantV1: "10.244.0.0/16"},
-		{name: "comma-separated dual-stack clusterCIDR splits into the list", v1: "clusterCIDR: 10.244.0.0/16,fd00:10:244::/56\n", v2Path: "detectLocal.clusterCIDRs", want: []any{"10.244.0.0/16", "fd00:10:244::/56"}, v1Path: "clusterCIDR", wantV1: "10.244.0.0/16,fd00:10:244::/56"},
-		{name: "empty clusterCIDR is an empty list", v1: "clusterCIDR: \"\"\n", v2Path: "detectLocal.clusterCIDRs", want: nil, v1Path: "clusterCIDR", wantV1: ""},
-
-		// Added.
-		{name: "ipvs.masqueradeBit comes from iptables.masqueradeBit, which v1alpha1 ipvs mode reads", v1: "iptables:\n  masqueradeBit: 5\n", v2Path: "ipvs.masqueradeBit", want: 5.0, v1Path: "iptables.masqueradeBit"},
-		{name: "ipvs.masqueradeBit defaults to 14", v1: "", v2Path: "ipvs.masqueradeBit", want: 14.0, v1Path: "iptables.masqueradeBit"},
-		{name: "windowsRunAsService becomes windows.runAsService", v1: "windowsRunAsService: true\n", v2Path: "windows.runAsService", want: true, v1Path: "windowsRunAsService"},
-		{name: "configHardFail is true for v1alpha1, whose errors are always fatal", v1: "", v2Path: "configHardFail", want: true},
-		{name: "bindAddress with a node IP becomes nodeIPOverride", v1: "bindAddress: 192.0.2.7\n", v2Path: "nodeIPOverride", want: []any{"192.0.2.7"}, v1Path: "bindAddress", wantV1: "192.0.2.7"},
-		{name: "bindAddress 0.0.0.0 means detect: empty nodeIPOverride", v1: "bindAddress: 0.0.0.0\n", v2Path: "nodeIPOverride", want: nil, v1Path: "bindAddress", wantV1: "0.0.0.0"},
-		{name: "bindAddress :: means detect too, and comes back as 0.0.0.0", v1: "bindAddress: \"::\"\n", v2Path: "nodeIPOverride", want: nil, v1Path: "bindAddress", wantV1: "0.0.0.0"},
-		{name: "ipFamilyPolicy is empty for v1alpha1", v1: "", v2Path: "ipFamilyPolicy", want: ""},
-
-		// Different defaults: migrating keeps v1alpha1's behaviour explicitly.
-		{name: "unset iptables.localhostNodePorts keeps v1alpha1's true", v1: "", v2Path: "iptables.localhostNodePorts", want: true, v1Path: "iptables.localhostNodePorts"},
-		{name: "iptables.localhostNodePorts false carries over", v1: "iptables:\n  localhostNodePorts: false\n", v2Path: "iptables.localhostNodePorts", want: false, v1Path: "iptables.localhostNodePorts"},
-		{name: "unset bindAddressHardFail keeps v1alpha1's false", v1: "", v2Path: "bindAddressHardFail", want: false, v1Path: "bindAddressHardFail"},
-		{name: "bindAddressHardFail true carries over", v1: "bindAddressHardFail: true\n", v2Path: "bindAddressHardFail", want: true, v1Path: "bindAddressHardFail"},
-
-		// Dropped.
-		{name: "portRange is dropped", v1: "portRange: 30000-32767\n", v2Path: "portRange", want: "<absent>"},
-		{name: "bindAddress is dropped from v1alpha2", v1: "bindAddress: 192.0.2.7\n", v2Path: "bindAddress", want: "<absent>"},
-		{name: "clusterCIDR is dropped from v1alpha2", v1: "clusterCIDR: 10.0.0.0/8\n", v2Path: "clusterCIDR", want: "<absent>"},
-		{name: "conntrack is dropped from the root", v1: "conntrack:\n  min: 1\n", v2Path: "conntrack", want: "<absent>"},
-		{name: "iptables.syncPeriod is dropped from the iptables section", v1: "", v2Path: "iptables.syncPeriod", want: "<absent>"},
-		{name: "nftables.masqueradeAll is dropped from the nftables section", v1: "", v2Path: "nftables.masqueradeAll", want: "<absent>"},
-		{name: "ipvs.minSyncPeriod is dropped from the ipvs section", v1: "", v2Path: "ipvs.minSyncPeriod", want: "<absent>"},
-
-		// Unchanged.
-		{name: "featureGates unchanged", v1: "featureGates:\n  SomeGate: true\n", v2Path: "featureGates", want: map[string]any{"SomeGate": true}, v1Path: "featureGates"},
-		{name: "clientConnection.kubeconfig unchanged", v1: "clientConnection:\n  kubeconfig: /k\n", v2Path: "clientConnection.kubeconfig", want: "/k", v1Path: "clientConnection.kubeconfig"},
-		{name: "clientConnection.acceptContentTypes unchanged", v1: "clientConnection:\n  acceptContentTypes: a/b\n", v2Path: "clientConnection.acceptContentTypes", want: "a/b", v1Path: "clientConnection.acceptContentTypes"},
-		{name: "clientConnection.contentType unchanged", v1: "clientConnection:\n  contentType: application/json\n", v2Path: "clientConnection.contentType", want: "application/json", v1Path: "clientConnection.contentType"},
-		{name: "clientConnection.qps unchanged", v1: "clientConnection:\n  qps: 7.5\n", v2Path: "clientConnection.qps", want: 7.5, v1Path: "clientConnection.qps"},
-		{name: "clientConnection.burst unchanged", v1: "clientConnection:\n  burst: 70\n", v2Path: "clientConnection.burst", want: 70.0, v1Path: "clientConnection.burst"},
-		{name: "logging.verbosity unchanged", v1: "logging:\n  verbosity: 3\n", v2Path: "logging.verbosity", want: 3.0, v1Path: "logging.verbosity"},
-		{name: "logging.flushFrequency unchanged", v1: "logging:\n  flushFrequency: 9s\n", v2Path: "logging.flushFrequency", want: "9s", v1Path: "logging.flushFrequency"},
-		{name: "hostnameOverride unchanged", v1: "hostnameOverride: n1\n", v2Path: "hostnameOverride", want: "n1", v1Path: "hostnameOverride"},
-		{name: "healthzBindAddress unchanged", v1: "healthzBindAddress: 192.0.2.1:1\n", v2Path: "healthzBindAddress", want: "192.0.2.1:1", v1Path: "healthzBindAddress"},
-		{name: "metricsBindAddress unchanged", v1: "metricsBindAddress: 192.0.2.1:2\n", v2Path: "metricsBindAddress", want: "192.0.2.1:2", v1Path: "metricsBindAddress"},
-		{name: "enableProfiling unchanged", v1: "enableProfiling: true\n", v2Path: "enableProfiling", want: true, v1Path: "enableProfiling"},
-		{name: "showHiddenMetricsForVersion unchanged", v1: "showHiddenMetricsForVersion: \"1.35\"\n", v2Path: "showHiddenMetricsForVersion", want: "1.35", v1Path: "showHiddenMetricsForVersion"},
-		{name: "mode unchanged", v1: "mode: ipvs\n", v2Path: "mode", want: "ipvs", v1Path: "mode"},
-		{name: "iptables.masqueradeBit unchanged", v1: "iptables:\n  masqueradeBit: 3\n", v2Path: "iptables.masqueradeBit", want: 3.0, v1Path: "iptables.masqueradeBit"},
-		{name: "ipvs.scheduler unchanged", v1: "ipvs:\n  scheduler: lc\n", v2Path: "ipvs.scheduler", want: "lc", v1Path: "ipvs.scheduler"},
-		{name: "ipvs.excludeCIDRs unchanged", v1: "ipvs:\n  excludeCIDRs: [10.0.0.0/8]\n", v2Path: "ipvs.excludeCIDRs", want: []any{"10.0.0.0/8"}, v1Path: "ipvs.excludeCIDRs"},
-		{name: "ipvs.strictARP unchanged", v1: "ipvs:\n  strictARP: true\n", v2Path: "ipvs.strictARP", want: true, v1Path: "ipvs.strictARP"},
-		{name: "ipvs.tcpTimeout unchanged", v1: "ipvs:\n  tcpTimeout: 1m\n", v2Path: "ipvs.tcpTimeout", want: "1m0s", v1Path: "ipvs.tcpTimeout"},
-		{name: "ipvs.tcpFinTimeout unchanged", v1: "ipvs:\n  tcpFinTimeout: 2m\n", v2Path: "ipvs.tcpFinTimeout", want: "2m0s", v1Path: "ipvs.tcpFinTimeout"},
-		{name: "ipvs.udpTimeout unchanged", v1: "ipvs:\n  udpTimeout: 3m\n", v2Path: "ipvs.udpTimeout", want: "3m0s", v1Path: "ipvs.udpTimeout"},
-		{name: "nftables.masqueradeBit unchanged", v1: "nftables:\n  masqueradeBit: 4\n", v2Path: "nftables.masqueradeBit", want: 4.0, v1Path: "nftables.masqueradeBit"},
-		{name: "winkernel.networkName unchanged", v1: "winkernel:\n  networkName: l2bridge\n", v2Path: "winkernel.networkName", want: "l2bridge", v1Path: "winkernel.networkName"},
-		{name: "winkernel.sourceVip unchanged", v1: "winkernel:\n  sourceVip: 10.0.0.1\n", v2Path: "winkernel.sourceVip", want: "10.0.0.1", v1Path: "winkernel.sourceVip"},
-		{name: "winkernel.enableDSR unchanged", v1: "winkernel:\n  enableDSR: true\n", v2Path: "winkernel.enableDSR", want: true, v1Path: "winkernel.enableDSR"},
-		{name: "winkernel.rootHnsEndpointName unchanged", v1: "winkernel:\n  rootHnsEndpointName: r\n", v2Path: "winkernel.rootHnsEndpointName", want: "r", v1Path: "winkernel.rootHnsEndpointName"},
-		{name: "winkernel.forwardHealthCheckVip unchanged", v1: "winkernel:\n  forwardHealthCheckVip: true\n", v2Path: "winkernel.forwardHealthCheckVip", want: true, v1Path: "winkernel.forwardHealthCheckVip"},
-		{name: "detectLocalMode unchanged", v1: "detectLocalMode: NodeCIDR\n", v2Path: "detectLocalMode", want: "NodeCIDR", v1Path: "detectLocalMode"},
-		{name: "detectLocal.bridgeInterface unchanged", v1: "detectLocal:\n  bridgeInterface: cbr0\n", v2Path: "detectLocal.bridgeInterface", want: "cbr0", v1Path: "detectLocal.bridgeInterface"},
-		{name: "detectLocal.interfaceNamePrefix unchanged", v1: "detectLocal:\n  interfaceNamePrefix: veth\n", v2Path: "detectLocal.interfaceNamePrefix", want: "veth", v1Path: "detectLocal.interfaceNamePrefix"},
-		{name: "nodePortAddresses unchanged", v1: "nodePortAddresses: [primary]\n", v2Path: "nodePortAddresses", want: []any{"primary"}, v1Path: "nodePortAddresses"},
-		{name: "configSyncPeriod unchanged", v1: "configSyncPeriod: 1h\n", v2Path: "configSyncPeriod", want: "1h0m0s", v1Path: "configSyncPeriod"},
-	}
-	for _, tc := range cases {
+	for _, tc := range kep784Cases {
 		t.Run(tc.name, func(t *testing.T) {
 			loaded := mustLoad(t, v1alpha1Header+tc.v1)
 			out, err := Marshal(loaded.Config)
@@ -150,6 +57,109 @@ func TestKEP784FieldMapping(t *testing.T) {
 			}
 		})
 	}
+}
+
+// kep784Case is one row of TestKEP784FieldMapping.
+type kep784Case struct {
+	name   string
+	v1     string // v1alpha1 body (without apiVersion/kind)
+	v2Path string
+	want   any    // value at v2Path in the written v1alpha2 (JSON form)
+	v1Path string // "" when the field does not come back (dropped)
+	wantV1 any    // value at v1Path after converting back; nil means want
+}
+
+// kep784Cases are the rows of KEP-784's tables, and every field v1alpha2
+// keeps unchanged; TestEveryV1Alpha1FieldIsMapped checks that no v1alpha1
+// field is missing.
+var kep784Cases = []kep784Case{
+	// Moved (KEP-784 "Following fields will be moved").
+	{name: "conntrack.maxPerCore moves to linux.conntrack.maxPerCore", v1: "conntrack:\n  maxPerCore: 7\n", v2Path: "linux.conntrack.maxPerCore", want: 7.0, v1Path: "conntrack.maxPerCore"},
+	{name: "conntrack.min moves to linux.conntrack.min", v1: "conntrack:\n  min: 9\n", v2Path: "linux.conntrack.min", want: 9.0, v1Path: "conntrack.min"},
+	{name: "conntrack.tcpEstablishedTimeout moves to linux.conntrack", v1: "conntrack:\n  tcpEstablishedTimeout: 2h\n", v2Path: "linux.conntrack.tcpEstablishedTimeout", want: "2h0m0s", v1Path: "conntrack.tcpEstablishedTimeout"},
+	{name: "conntrack.tcpCloseWaitTimeout moves to linux.conntrack", v1: "conntrack:\n  tcpCloseWaitTimeout: 5m\n", v2Path: "linux.conntrack.tcpCloseWaitTimeout", want: "5m0s", v1Path: "conntrack.tcpCloseWaitTimeout"},
+	{name: "conntrack.tcpBeLiberal moves to linux.conntrack", v1: "conntrack:\n  tcpBeLiberal: true\n", v2Path: "linux.conntrack.tcpBeLiberal", want: true, v1Path: "conntrack.tcpBeLiberal"},
+	{name: "conntrack.udpTimeout moves to linux.conntrack", v1: "conntrack:\n  udpTimeout: 31s\n", v2Path: "linux.conntrack.udpTimeout", want: "31s", v1Path: "conntrack.udpTimeout"},
+	{name: "conntrack.udpStreamTimeout moves to linux.conntrack", v1: "conntrack:\n  udpStreamTimeout: 301s\n", v2Path: "linux.conntrack.udpStreamTimeout", want: "5m1s", v1Path: "conntrack.udpStreamTimeout"},
+	{name: "oomScoreAdj moves to linux.oomScoreAdj", v1: "oomScoreAdj: -500\n", v2Path: "linux.oomScoreAdj", want: -500.0, v1Path: "oomScoreAdj"},
+	{name: "iptables.masqueradeAll moves to linux.masqueradeAll in iptables mode", v1: "mode: iptables\niptables:\n  masqueradeAll: true\n", v2Path: "linux.masqueradeAll", want: true, v1Path: "iptables.masqueradeAll"},
+	{name: "iptables.masqueradeAll moves to linux.masqueradeAll in ipvs mode (ipvs reads it)", v1: "mode: ipvs\niptables:\n  masqueradeAll: true\n", v2Path: "linux.masqueradeAll", want: true, v1Path: "iptables.masqueradeAll"},
+	{name: "nftables.masqueradeAll moves to linux.masqueradeAll in nftables mode", v1: "mode: nftables\nnftables:\n  masqueradeAll: true\n", v2Path: "linux.masqueradeAll", want: true, v1Path: "nftables.masqueradeAll"},
+	{name: "iptables.syncPeriod moves to syncPeriod in the default mode", v1: "iptables:\n  syncPeriod: 10s\n", v2Path: "syncPeriod", want: "10s", v1Path: "iptables.syncPeriod"},
+	{name: "nftables.syncPeriod moves to syncPeriod in nftables mode", v1: "mode: nftables\nnftables:\n  syncPeriod: 11s\n", v2Path: "syncPeriod", want: "11s", v1Path: "nftables.syncPeriod"},
+	{name: "ipvs.syncPeriod moves to syncPeriod in ipvs mode", v1: "mode: ipvs\nipvs:\n  syncPeriod: 12s\n", v2Path: "syncPeriod", want: "12s", v1Path: "ipvs.syncPeriod"},
+	{name: "iptables.minSyncPeriod moves to minSyncPeriod in iptables mode", v1: "mode: iptables\niptables:\n  minSyncPeriod: 2s\n", v2Path: "minSyncPeriod", want: "2s", v1Path: "iptables.minSyncPeriod"},
+	{name: "nftables.minSyncPeriod moves to minSyncPeriod in nftables mode", v1: "mode: nftables\nnftables:\n  minSyncPeriod: 3s\n", v2Path: "minSyncPeriod", want: "3s", v1Path: "nftables.minSyncPeriod"},
+	{name: "ipvs.minSyncPeriod moves to minSyncPeriod in ipvs mode", v1: "mode: ipvs\nipvs:\n  minSyncPeriod: 4s\n", v2Path: "minSyncPeriod", want: "4s", v1Path: "ipvs.minSyncPeriod"},
+	{name: "ipvs.minSyncPeriod's v1alpha1 default 0s survives in ipvs mode", v1: "mode: ipvs\n", v2Path: "minSyncPeriod", want: "0s", v1Path: "ipvs.minSyncPeriod"},
+	{name: "kernelspace mode reads iptables.syncPeriod", v1: "mode: kernelspace\niptables:\n  syncPeriod: 13s\n", v2Path: "syncPeriod", want: "13s", v1Path: "iptables.syncPeriod"},
+
+	// Changed.
+	{name: "clusterCIDR becomes a one-element detectLocal.clusterCIDRs", v1: "clusterCIDR: 10.244.0.0/16\n", v2Path: "detectLocal.clusterCIDRs", want: []any{"10.244.0.0/16"}, v1Path: "clusterCIDR", wantV1: "10.244.0.0/16"},
+	{name: "comma-separated dual-stack clusterCIDR splits into the list", v1: "clusterCIDR: 10.244.0.0/16,fd00:10:244::/56\n", v2Path: "detectLocal.clusterCIDRs", want: []any{"10.244.0.0/16", "fd00:10:244::/56"}, v1Path: "clusterCIDR", wantV1: "10.244.0.0/16,fd00:10:244::/56"},
+	{name: "empty clusterCIDR is an empty list", v1: "clusterCIDR: \"\"\n", v2Path: "detectLocal.clusterCIDRs", want: nil, v1Path: "clusterCIDR", wantV1: ""},
+
+	// Added.
+	{name: "ipvs.masqueradeBit comes from iptables.masqueradeBit, which v1alpha1 ipvs mode reads", v1: "iptables:\n  masqueradeBit: 5\n", v2Path: "ipvs.masqueradeBit", want: 5.0, v1Path: "iptables.masqueradeBit"},
+	{name: "ipvs.masqueradeBit defaults to 14", v1: "", v2Path: "ipvs.masqueradeBit", want: 14.0, v1Path: "iptables.masqueradeBit"},
+	{name: "windowsRunAsService becomes windows.runAsService", v1: "windowsRunAsService: true\n", v2Path: "windows.runAsService", want: true, v1Path: "windowsRunAsService"},
+	{name: "configHardFail is true for v1alpha1, whose errors are always fatal", v1: "", v2Path: "configHardFail", want: true},
+	{name: "bindAddress with a node IP becomes nodeIPOverride", v1: "bindAddress: 192.0.2.7\n", v2Path: "nodeIPOverride", want: []any{"192.0.2.7"}, v1Path: "bindAddress", wantV1: "192.0.2.7"},
+	{name: "bindAddress 0.0.0.0 means detect: empty nodeIPOverride", v1: "bindAddress: 0.0.0.0\n", v2Path: "nodeIPOverride", want: nil, v1Path: "bindAddress", wantV1: "0.0.0.0"},
+	{name: "bindAddress :: means detect too, and comes back as 0.0.0.0", v1: "bindAddress: \"::\"\n", v2Path: "nodeIPOverride", want: nil, v1Path: "bindAddress", wantV1: "0.0.0.0"},
+	{name: "ipFamilyPolicy is empty for v1alpha1", v1: "", v2Path: "ipFamilyPolicy", want: ""},
+
+	// Different defaults: migrating keeps v1alpha1's behaviour explicitly.
+	{name: "unset iptables.localhostNodePorts keeps v1alpha1's true", v1: "", v2Path: "iptables.localhostNodePorts", want: true, v1Path: "iptables.localhostNodePorts"},
+	{name: "iptables.localhostNodePorts false carries over", v1: "iptables:\n  localhostNodePorts: false\n", v2Path: "iptables.localhostNodePorts", want: false, v1Path: "iptables.localhostNodePorts"},
+	{name: "unset bindAddressHardFail keeps v1alpha1's false", v1: "", v2Path: "bindAddressHardFail", want: false, v1Path: "bindAddressHardFail"},
+	{name: "bindAddressHardFail true carries over", v1: "bindAddressHardFail: true\n", v2Path: "bindAddressHardFail", want: true, v1Path: "bindAddressHardFail"},
+
+	// Dropped.
+	{name: "portRange is dropped", v1: "portRange: 30000-32767\n", v2Path: "portRange", want: "<absent>"},
+	{name: "bindAddress is dropped from v1alpha2", v1: "bindAddress: 192.0.2.7\n", v2Path: "bindAddress", want: "<absent>"},
+	{name: "clusterCIDR is dropped from v1alpha2", v1: "clusterCIDR: 10.0.0.0/8\n", v2Path: "clusterCIDR", want: "<absent>"},
+	{name: "conntrack is dropped from the root", v1: "conntrack:\n  min: 1\n", v2Path: "conntrack", want: "<absent>"},
+	{name: "iptables.syncPeriod is dropped from the iptables section", v1: "", v2Path: "iptables.syncPeriod", want: "<absent>"},
+	{name: "nftables.masqueradeAll is dropped from the nftables section", v1: "", v2Path: "nftables.masqueradeAll", want: "<absent>"},
+	{name: "ipvs.minSyncPeriod is dropped from the ipvs section", v1: "", v2Path: "ipvs.minSyncPeriod", want: "<absent>"},
+
+	// Unchanged.
+	{name: "featureGates unchanged", v1: "featureGates:\n  SomeGate: true\n", v2Path: "featureGates", want: map[string]any{"SomeGate": true}, v1Path: "featureGates"},
+	{name: "clientConnection.kubeconfig unchanged", v1: "clientConnection:\n  kubeconfig: /k\n", v2Path: "clientConnection.kubeconfig", want: "/k", v1Path: "clientConnection.kubeconfig"},
+	{name: "clientConnection.acceptContentTypes unchanged", v1: "clientConnection:\n  acceptContentTypes: a/b\n", v2Path: "clientConnection.acceptContentTypes", want: "a/b", v1Path: "clientConnection.acceptContentTypes"},
+	{name: "clientConnection.contentType unchanged", v1: "clientConnection:\n  contentType: application/json\n", v2Path: "clientConnection.contentType", want: "application/json", v1Path: "clientConnection.contentType"},
+	{name: "clientConnection.qps unchanged", v1: "clientConnection:\n  qps: 7.5\n", v2Path: "clientConnection.qps", want: 7.5, v1Path: "clientConnection.qps"},
+	{name: "clientConnection.burst unchanged", v1: "clientConnection:\n  burst: 70\n", v2Path: "clientConnection.burst", want: 70.0, v1Path: "clientConnection.burst"},
+	{name: "logging.verbosity unchanged", v1: "logging:\n  verbosity: 3\n", v2Path: "logging.verbosity", want: 3.0, v1Path: "logging.verbosity"},
+	{name: "logging.format unchanged", v1: "logging:\n  format: json\n", v2Path: "logging.format", want: "json", v1Path: "logging.format"},
+	{name: "logging.vmodule unchanged", v1: "logging:\n  vmodule: [{filePattern: 'proxier*', verbosity: 6}]\n", v2Path: "logging.vmodule", want: []any{map[string]any{"filePattern": "proxier*", "verbosity": 6.0}}, v1Path: "logging.vmodule"},
+	{name: "logging.options unchanged", v1: "logging:\n  options:\n    text: {splitStream: true, infoBufferSize: 1Mi}\n", v2Path: "logging.options.text", want: map[string]any{"splitStream": true, "infoBufferSize": "1Mi"}, v1Path: "logging.options.text"},
+	{name: "logging.flushFrequency unchanged", v1: "logging:\n  flushFrequency: 9s\n", v2Path: "logging.flushFrequency", want: "9s", v1Path: "logging.flushFrequency"},
+	{name: "hostnameOverride unchanged", v1: "hostnameOverride: n1\n", v2Path: "hostnameOverride", want: "n1", v1Path: "hostnameOverride"},
+	{name: "healthzBindAddress unchanged", v1: "healthzBindAddress: 192.0.2.1:1\n", v2Path: "healthzBindAddress", want: "192.0.2.1:1", v1Path: "healthzBindAddress"},
+	{name: "metricsBindAddress unchanged", v1: "metricsBindAddress: 192.0.2.1:2\n", v2Path: "metricsBindAddress", want: "192.0.2.1:2", v1Path: "metricsBindAddress"},
+	{name: "enableProfiling unchanged", v1: "enableProfiling: true\n", v2Path: "enableProfiling", want: true, v1Path: "enableProfiling"},
+	{name: "showHiddenMetricsForVersion unchanged", v1: "showHiddenMetricsForVersion: \"1.35\"\n", v2Path: "showHiddenMetricsForVersion", want: "1.35", v1Path: "showHiddenMetricsForVersion"},
+	{name: "mode unchanged", v1: "mode: ipvs\n", v2Path: "mode", want: "ipvs", v1Path: "mode"},
+	{name: "iptables.masqueradeBit unchanged", v1: "iptables:\n  masqueradeBit: 3\n", v2Path: "iptables.masqueradeBit", want: 3.0, v1Path: "iptables.masqueradeBit"},
+	{name: "ipvs.scheduler unchanged", v1: "ipvs:\n  scheduler: lc\n", v2Path: "ipvs.scheduler", want: "lc", v1Path: "ipvs.scheduler"},
+	{name: "ipvs.excludeCIDRs unchanged", v1: "ipvs:\n  excludeCIDRs: [10.0.0.0/8]\n", v2Path: "ipvs.excludeCIDRs", want: []any{"10.0.0.0/8"}, v1Path: "ipvs.excludeCIDRs"},
+	{name: "ipvs.strictARP unchanged", v1: "ipvs:\n  strictARP: true\n", v2Path: "ipvs.strictARP", want: true, v1Path: "ipvs.strictARP"},
+	{name: "ipvs.tcpTimeout unchanged", v1: "ipvs:\n  tcpTimeout: 1m\n", v2Path: "ipvs.tcpTimeout", want: "1m0s", v1Path: "ipvs.tcpTimeout"},
+	{name: "ipvs.tcpFinTimeout unchanged", v1: "ipvs:\n  tcpFinTimeout: 2m\n", v2Path: "ipvs.tcpFinTimeout", want: "2m0s", v1Path: "ipvs.tcpFinTimeout"},
+	{name: "ipvs.udpTimeout unchanged", v1: "ipvs:\n  udpTimeout: 3m\n", v2Path: "ipvs.udpTimeout", want: "3m0s", v1Path: "ipvs.udpTimeout"},
+	{name: "nftables.masqueradeBit unchanged", v1: "nftables:\n  masqueradeBit: 4\n", v2Path: "nftables.masqueradeBit", want: 4.0, v1Path: "nftables.masqueradeBit"},
+	{name: "winkernel.networkName unchanged", v1: "winkernel:\n  networkName: l2bridge\n", v2Path: "winkernel.networkName", want: "l2bridge", v1Path: "winkernel.networkName"},
+	{name: "winkernel.sourceVip unchanged", v1: "winkernel:\n  sourceVip: 10.0.0.1\n", v2Path: "winkernel.sourceVip", want: "10.0.0.1", v1Path: "winkernel.sourceVip"},
+	{name: "winkernel.enableDSR unchanged", v1: "winkernel:\n  enableDSR: true\n", v2Path: "winkernel.enableDSR", want: true, v1Path: "winkernel.enableDSR"},
+	{name: "winkernel.rootHnsEndpointName unchanged", v1: "winkernel:\n  rootHnsEndpointName: r\n", v2Path: "winkernel.rootHnsEndpointName", want: "r", v1Path: "winkernel.rootHnsEndpointName"},
+	{name: "winkernel.forwardHealthCheckVip unchanged", v1: "winkernel:\n  forwardHealthCheckVip: true\n", v2Path: "winkernel.forwardHealthCheckVip", want: true, v1Path: "winkernel.forwardHealthCheckVip"},
+	{name: "detectLocalMode unchanged", v1: "detectLocalMode: NodeCIDR\n", v2Path: "detectLocalMode", want: "NodeCIDR", v1Path: "detectLocalMode"},
+	{name: "detectLocal.bridgeInterface unchanged", v1: "detectLocal:\n  bridgeInterface: cbr0\n", v2Path: "detectLocal.bridgeInterface", want: "cbr0", v1Path: "detectLocal.bridgeInterface"},
+	{name: "detectLocal.interfaceNamePrefix unchanged", v1: "detectLocal:\n  interfaceNamePrefix: veth\n", v2Path: "detectLocal.interfaceNamePrefix", want: "veth", v1Path: "detectLocal.interfaceNamePrefix"},
+	{name: "nodePortAddresses unchanged", v1: "nodePortAddresses: [primary]\n", v2Path: "nodePortAddresses", want: []any{"primary"}, v1Path: "nodePortAddresses"},
+	{name: "configSyncPeriod unchanged", v1: "configSyncPeriod: 1h\n", v2Path: "configSyncPeriod", want: "1h0m0s", v1Path: "configSyncPeriod"},
 }
 
 // TestV1Alpha1ConversionErrors checks that data v1alpha2 cannot hold is an
