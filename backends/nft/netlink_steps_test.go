@@ -137,4 +137,3 @@ func checkPath(t *testing.T, step string, last []SyncStats, fallback string) {
 		t.Errorf("%s: expected nft to write it (%q), but netlink did", step, fallback)
 	}
 }
-
