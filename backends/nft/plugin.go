@@ -57,6 +57,9 @@ type Config struct {
 	MetricsBindAddress     string
 	DryRun                 bool
 	IPFamilies             []string
+	// Netlink writes the incremental transactions through netlink rather
+	// than the nft command (which reads the whole table first).
+	Netlink bool
 }
 
 // DefaultConfig is kube-proxy v1.36's nftables-mode defaults.
@@ -71,6 +74,7 @@ func DefaultConfig() Config {
 		HealthzBindAddress: "0.0.0.0:10256",
 		MetricsBindAddress: "127.0.0.1:10249",
 		IPFamilies:         []string{"ipv4", "ipv6"},
+		Netlink:            true,
 	}
 }
 
@@ -153,6 +157,7 @@ func (p *Plugin) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "address of the /metrics server (empty: none)")
 	fs.BoolVar(&c.DryRun, "dry-run", c.DryRun, "print each transaction instead of running it")
 	fs.StringSliceVar(&c.IPFamilies, "ip-families", c.IPFamilies, "the IP families to program (ipv4, ipv6)")
+	fs.BoolVar(&c.Netlink, "netlink", c.Netlink, "write incremental transactions through netlink (false: with the nft command, which first reads the whole table)")
 }
 
 // Open implements backend.Plugin.
@@ -184,7 +189,7 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, er
 			read = nftReader(fam.nft, p.Config.Table)
 		}
 		t := newTable(fam, nft, read)
-		if !p.Config.DryRun {
+		if p.Config.Netlink && !p.Config.DryRun {
 			t.nl = newNLTable(fam, p.Config.Table)
 		}
 		tables = append(tables, t)

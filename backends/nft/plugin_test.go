@@ -49,6 +49,15 @@ func TestConfigValidate(t *testing.T) {
 		d.MinSyncPeriod.String() != "1s" || d.SyncPeriod.String() != "30s" || d.HealthzBindAddress != "0.0.0.0:10256" || d.MetricsBindAddress != "127.0.0.1:10249" {
 		t.Errorf("defaults differ from kube-proxy's: %+v", d)
 	}
+	if !d.Netlink {
+		t.Error("the netlink path is off by default")
+	}
+	p := &Plugin{}
+	fs := pflag.NewFlagSet("to-nft", pflag.ContinueOnError)
+	p.BindFlags(fs)
+	if err := fs.Parse([]string{"--netlink=false"}); err != nil || p.Config.Netlink {
+		t.Errorf("--netlink=false: %v, Netlink %v", err, p.Config.Netlink)
+	}
 }
 
 // TestDryRun: --dry-run prints each transaction and touches no kernel.
