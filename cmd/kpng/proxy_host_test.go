@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+
 	"github.com/kpng/kpng/config"
 	"github.com/kpng/kpng/proxyutil/sysctl"
 )
@@ -84,8 +87,13 @@ func TestApplyConntrack(t *testing.T) {
 			}
 		}
 		h := fakeHost(t, files)
-		if err := h.applyConntrack(context.Background(), ct); err != nil {
+		logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+		if err := h.applyConntrack(klog.NewContext(context.Background(), logger), ct); err != nil {
 			t.Fatalf("applyConntrack: %v, want the missing sysctl skipped", err)
+		}
+		logged := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+		if !strings.Contains(logged, "Conntrack settings skipped") || !strings.Contains(logged, `settings="table size"`) || strings.Contains(logged, `settings="timeouts"`) {
+			t.Errorf("want one log line saying the table size was skipped, got:\n%s", logged)
 		}
 		if got := readFile(t, nf(h, "nf_conntrack_tcp_timeout_established")); got != "86400" {
 			t.Errorf("the timeout was not set: %s", got)

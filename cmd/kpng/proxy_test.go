@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kpng/kpng/backend"
 	"github.com/kpng/kpng/config"
@@ -693,6 +695,68 @@ func TestRealBackendsTakeTheRealConfigurations(t *testing.T) {
 					t.Errorf("%s rejects the configuration (flags %q): %v", reg.Name, set, err)
 				}
 			})
+		}
+	}
+}
+
+// TestConfigHardFailFalseWarnsAndRuns runs kpng proxy from a v1alpha2 file
+// with configHardFail: false and bad fields: it logs a warning naming each
+// (the unknown field included) and runs with their defaults, the good
+// fields kept. The same file with configHardFail true does not start.
+func TestConfigHardFailFalseWarnsAndRuns(t *testing.T) {
+	body := "mode: nftables\nhostnameOverride: node-1\nbogus: 1\nsyncPeriod: -1s\nlinux: {masqueradeAll: true, oomScoreAdj: 5000}\ndetectLocal: {clusterCIDRs: [10.244.0.0/16, nope]}\nmetricsBindAddress: " + freePort(t) + "\n"
+	hard := writeFile(t, "hard.yaml", v1alpha2Header+body)
+	if err := runCommand(context.Background(), testRoot(failingDeps(t)), "proxy", "--config", hard); err == nil || !strings.Contains(err.Error(), "bogus") {
+		t.Fatalf("configHardFail true: err = %v, want one naming bogus", err)
+	}
+
+	soft := writeFile(t, "soft.yaml", v1alpha2Header+"configHardFail: false\n"+body)
+	plugin := newFakePlugin(nftFlags...)
+	var hostConfig *config.KubeProxyConfiguration
+	deps := proxyDeps{
+		lookup: func(name string) (backend.Registration, bool) {
+			return backend.Registration{Name: name, New: func() backend.Plugin { return plugin }}, true
+		},
+		source: func(*config.KubeProxyConfiguration, string, string) (stage, error) {
+			return &file.Source{Path: "../../examples/cluster.yaml"}, nil
+		},
+		setupHost: func(_ context.Context, c *config.KubeProxyConfiguration) error { hostConfig = c; return nil },
+	}
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- runCommand(ctx, testRoot(deps), "proxy", "--config", soft) }()
+	select {
+	case <-plugin.syncs:
+	case err := <-done:
+		t.Fatalf("kpng proxy ended before syncing: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("kpng proxy: %v", err)
+	}
+
+	d := config.Default()
+	if hostConfig.Linux.OOMScoreAdj != d.Linux.OOMScoreAdj || !hostConfig.Linux.MasqueradeAll || hostConfig.DetectLocal.ClusterCIDRs != nil {
+		t.Errorf("host set up with oomScoreAdj %d, masqueradeAll %v, clusterCIDRs %q; want the default, the file's true, the default",
+			hostConfig.Linux.OOMScoreAdj, hostConfig.Linux.MasqueradeAll, hostConfig.DetectLocal.ClusterCIDRs)
+	}
+	for name, want := range map[string]string{"sync-period": d.SyncPeriod.String(), "masquerade-all": "true", "cluster-cidr": "backend-default"} {
+		if got := plugin.opened[name]; got != want {
+			t.Errorf("backend opened with --%s=%q, want %q", name, got, want)
+		}
+	}
+	var warnings []string
+	for _, e := range logger.GetSink().(ktesting.Underlier).GetBuffer().Data() {
+		if e.Message == "Configuration warning" {
+			warnings = append(warnings, fmt.Sprint(e.ParameterKVList...))
+		}
+	}
+	joined := strings.Join(warnings, "\n")
+	for _, field := range []string{"bogus", "syncPeriod", "linux.oomScoreAdj", "detectLocal.clusterCIDRs[1]"} {
+		if !strings.Contains(joined, field) {
+			t.Errorf("no configuration warning names %s; warnings:\n%s", field, joined)
 		}
 	}
 }
