@@ -6,8 +6,10 @@ import (
 	"strings"
 )
 
-// table is what iptables-save says about one table: its chains and its
-// rules, as "-A CHAIN ..." lines.
+// table is what iptables-save says about one table: its chains, and the
+// rules ("-A CHAIN ..." lines) of the chains kpng does not own, where its
+// jumps are. The rules of kpng's own chains are not kept: at 10,000
+// services they are 330,000 lines that no caller reads.
 type table struct {
 	chains map[string]bool
 	rules  []string
@@ -33,7 +35,9 @@ func parseSave(data []byte) map[string]*table {
 				cur.chains[f[0]] = true
 			}
 		case strings.HasPrefix(l, "-A "):
-			cur.rules = append(cur.rules, l)
+			if !strings.HasPrefix(l[len("-A "):], chainPrefix) {
+				cur.rules = append(cur.rules, l)
+			}
 		case l == "COMMIT":
 			cur = nil
 		}
