@@ -19,8 +19,9 @@ type journal[K comparable, V comparable] struct {
 	cur   map[K]V
 	rev   uint64
 	floor uint64         // the history holds every change made after floor
-	hist  []change[K, V] // ordered by rev, oldest first
-	max   int            // bound of hist
+	hist  []change[K, V] // hist[start:] is the history, ordered by rev, oldest first
+	start int
+	max   int // bound of the history
 	// compare orders the items returned by since.
 	compare func(a, b K) int
 	// full caches the whole state at one revision, shared by the streams
@@ -74,10 +75,17 @@ func (j *journal[K, V]) update(force bool, fn func(set func(K, V))) {
 	}
 	j.rev = next
 	j.full = nil
-	if over := len(j.hist) - j.max; over > 0 {
-		j.floor = j.hist[over-1].rev
-		// Copy rather than reslice, so that the array does not grow forever.
-		j.hist = append(j.hist[:0:0], j.hist[over:]...)
+	if over := len(j.hist) - j.start - j.max; over > 0 {
+		j.floor = j.hist[j.start+over-1].rev
+		clear(j.hist[j.start : j.start+over]) // release the old values
+		j.start += over
+		// Drop the dead prefix once it is as long as the history: a
+		// revision costs amortized O(its changes), not O(the history),
+		// and the array holds at most twice the bound.
+		if j.start >= j.max {
+			j.hist = append(j.hist[:0:0], j.hist[j.start:]...)
+			j.start = 0
+		}
 	}
 	close(j.changed)
 	j.changed = make(chan struct{})
@@ -128,9 +136,10 @@ func (j *journal[K, V]) since(from uint64) (items []item[K, V], rev uint64, rese
 		return j.snapshot()
 	}
 	defer j.mu.RUnlock()
-	first := sort.Search(len(j.hist), func(i int) bool { return j.hist[i].rev > from })
-	seen := make(map[K]bool, len(j.hist)-first)
-	for _, c := range j.hist[first:] {
+	hist := j.hist[j.start:]
+	first := sort.Search(len(hist), func(i int) bool { return hist[i].rev > from })
+	seen := make(map[K]bool, len(hist)-first)
+	for _, c := range hist[first:] {
 		if seen[c.key] {
 			continue // the first change after from holds the client's value
 		}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"cmp"
+	"strconv"
 	"testing"
 )
 
@@ -18,8 +19,8 @@ func TestJournalHistoryIsBounded(t *testing.T) {
 	j := newTestJournal(8)
 	for rev := 1; rev <= 1000; rev++ {
 		j.update(false, func(set func(int, *string)) { set(rev%50, str("v")) })
-		if len(j.hist) > 8 {
-			t.Fatalf("revision %d: %d changes kept, want at most 8", rev, len(j.hist))
+		if n := len(j.hist) - j.start; n > 8 || len(j.hist) > 16 {
+			t.Fatalf("revision %d: %d changes kept in an array of %d, want at most 8 in 16", rev, n, len(j.hist))
 		}
 	}
 	if _, rev, reset := j.since(1); !reset || rev != 1000 {
@@ -62,5 +63,23 @@ func TestJournalCoalesces(t *testing.T) {
 	j.update(false, func(set func(int, *string)) { set(1, last) })
 	if j.revision() != rev {
 		t.Errorf("an identical write moved the revision to %d", j.revision())
+	}
+}
+
+// BenchmarkJournalUpdateWithFullHistory is the cost of one revision of one
+// key once the history is at its bound: it must not depend on the bound.
+func BenchmarkJournalUpdateWithFullHistory(b *testing.B) {
+	for _, max := range []int{1 << 10, DefaultHistorySize} {
+		b.Run(strconv.Itoa(max), func(b *testing.B) {
+			j := newTestJournal(max)
+			v := str("v")
+			for i := range 2 * max {
+				j.update(false, func(set func(int, *string)) { set(i, v) })
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				j.update(false, func(set func(int, *string)) { set(i%100, str("w")) })
+			}
+		})
 	}
 }
