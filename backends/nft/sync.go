@@ -84,7 +84,7 @@ func (b *Backend) Sync(ctx context.Context, state *backend.State, changes backen
 		case st.Full && st.Operations > 0:
 			b.log.Info("Repaired nftables table changed behind kpng's back", "family", st.Family, "operations", st.Operations, "chainsWritten", st.ChainsWritten)
 		default:
-			b.log.V(2).Info("Synced nftables table", "family", st.Family, "full", st.Full, "operations", st.Operations, "took", b.now().Sub(start))
+			b.log.V(2).Info("Synced nftables table", "family", st.Family, "full", st.Full, "operations", st.Operations, "netlink", st.Netlink, "took", b.now().Sub(start))
 		}
 	}
 	return nil
