@@ -114,3 +114,48 @@ func listTable(t *testing.T, ns, fam string) string {
 func diffLines(got, want string) string {
 	return "only after netlink:\n" + linesNotIn(got, want) + "only after nft:\n" + linesNotIn(want, got)
 }
+
+// TestNetlinkFailureIsAtomic: a batch the kernel refuses changes nothing
+// (the whole transaction is aborted), the sync fails, and the next one
+// reads the table back and repairs it with nft.
+func TestNetlinkFailureIsAtomic(t *testing.T) {
+	inNetns(t, func(ns string) {
+		f := realFixture(t)
+		f.set(richServices()...)
+		webChain := "service-Y6QD5CCT-ns/web/tcp/http"
+		before := nftIn(t, ns, "list", "chain", "ip", "kpng", webChain)
+
+		// Behind kpng's back: the element the next transaction deletes.
+		nftIn(t, ns, "delete", "element", "ip", "kpng", "service-ips", "{ 10.96.0.5 . tcp . 80 }")
+		web := clone(richServices()[0])
+		web.Endpoints = nil
+		web.Service.Ports[0].HasEndpoints = false
+		f.state.Services[backend.KeyOf(web)] = web
+		err := f.b.Sync(t.Context(), f.state, backend.Changes{Set: []backend.ServiceKey{backend.KeyOf(web)}})
+		if err == nil {
+			t.Fatal("the sync succeeded although the kernel lacks an element it deletes")
+		}
+		if after := nftIn(t, ns, "list", "chain", "ip", "kpng", webChain); after != before {
+			t.Errorf("the failed batch flushed the service chain:\n%s", after)
+		}
+		if l := nftIn(t, ns, "list", "map", "ip", "kpng", "no-endpoint-services"); strings.Contains(l, "10.96.0.5 ") {
+			t.Errorf("the failed batch added the no-endpoint element:\n%s", l)
+		}
+
+		// The retry: a full sync, by nft, to the state a fresh one writes.
+		f.sync(backend.Changes{})
+		if st := f.b.Last[0]; !st.Full || st.Netlink {
+			t.Fatalf("the sync after the failure: %+v, want a full one by nft", st)
+		}
+		f.clock = f.clock.Add(2 * staleDelay) // the emptied chains go
+		f.sync(backend.Changes{})
+		got := listTable(t, ns, "ip")
+		nftIn(t, ns, "delete", "table", "ip", "kpng")
+		ref := realFixtureWith(t, testConfig(), false)
+		ref.state = f.state
+		ref.sync(backend.Changes{})
+		if want := listTable(t, ns, "ip"); got != want {
+			t.Errorf("the repaired table differs from a fresh one:\n%s", diffLines(got, want))
+		}
+	})
+}
