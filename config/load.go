@@ -149,7 +149,13 @@ func loadDocument(data []byte) (*Loaded, error) {
 
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
-		problems = append(problems, err.Error())
+		// The decoder names a duplicate key without its parents: name the
+		// field by its path when the duplicates can be found.
+		if dups := duplicateFields(data); len(dups) > 0 {
+			problems = append(problems, dups...)
+		} else {
+			problems = append(problems, err.Error())
+		}
 		if js, err = yaml.YAMLToJSON(data); err != nil {
 			return nil, fmt.Errorf("decoding configuration: %w", err)
 		}
