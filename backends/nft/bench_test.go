@@ -87,3 +87,33 @@ func BenchmarkOneEndpointChange(b *testing.B) {
 	}
 	b.ReportMetric(float64(ops), "nft-ops/sync")
 }
+
+// BenchmarkOneEndpointChangeNetlink is BenchmarkOneEndpointChange with the
+// transaction encoded into netlink messages and sent to a fake kernel: all
+// the work of the process on the netlink path.
+func BenchmarkOneEndpointChangeNetlink(b *testing.B) {
+	st := benchState(10000, 10)
+	be := benchBackend()
+	kern := &fakeKernel{}
+	tb := be.tables[0]
+	tb.nl = newNLTable(tb.fam, "kpng")
+	tb.nl.dial = kern.dial
+	if err := be.Sync(context.Background(), st, backend.Changes{Reset: true}); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	gen := 0
+	for b.Loop() {
+		gen++
+		se := benchService(gen%10000, 10, gen)
+		k := backend.KeyOf(se)
+		st.Services[k] = se
+		if err := be.Sync(context.Background(), st, backend.Changes{Set: []backend.ServiceKey{k}}); err != nil {
+			b.Fatal(err)
+		}
+		if !be.Last[0].Netlink {
+			b.Fatalf("not written through netlink: %+v", be.Last[0])
+		}
+		kern.batches = kern.batches[:0]
+	}
+}
