@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -239,4 +240,49 @@ func mustMarshal(t *testing.T, c *KubeProxyConfiguration) []byte {
 		t.Fatalf("Marshal: %v", err)
 	}
 	return out
+}
+
+// TestDocsListEveryField checks that docs/config.md's v1alpha2 table and
+// v1alpha1 table name every field of their Go type, by full path.
+func TestDocsListEveryField(t *testing.T) {
+	data, err := os.ReadFile("../docs/config.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	section := func(title string) string {
+		start := strings.Index(doc, "\n"+title+"\n")
+		if start < 0 {
+			t.Fatalf("docs/config.md has no %q section", title)
+		}
+		rest := doc[start+len(title)+2:]
+		if end := strings.Index(rest, "\n## "); end >= 0 {
+			rest = rest[:end]
+		}
+		return rest
+	}
+	for _, c := range []struct {
+		title string
+		typ   reflect.Type
+	}{
+		{"## v1alpha2 fields", reflect.TypeFor[v1alpha2.KubeProxyConfiguration]()},
+		{"## v1alpha1 fields", reflect.TypeFor[kpv1alpha1.KubeProxyConfiguration]()},
+	} {
+		// The names in the first cell of each table row.
+		listed := map[string]bool{}
+		for _, line := range strings.Split(section(c.title), "\n") {
+			cells := strings.Split(line, "|")
+			if len(cells) < 3 || cells[0] != "" {
+				continue
+			}
+			for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(cells[1], -1) {
+				listed[m[1]] = true
+			}
+		}
+		for _, leaf := range leafPaths(c.typ) {
+			if !listed[leaf] {
+				t.Errorf("docs/config.md %q has no row for `%s`", c.title, leaf)
+			}
+		}
+	}
 }
