@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# bench.sh runs kpng and upstream kube-proxy side by side against one real
+# API server and writes BENCHMARKS.md and its plots (docs/bench/*.png).
+# As root, on a Debian machine with Go:
+#
+#   hack/bench.sh                          # 1,000, 5,000 and 10,000 services x 10 endpoints
+#   hack/bench.sh --sizes 100,10000        # other sizes
+#   hack/bench.sh --with-30k               # also 30,000 services (long)
+#   hack/bench.sh --report-only            # redo BENCHMARKS.md from .cache/bench/results-*.json
+#
+# It installs the test dependencies first (etcd, nftables, iptables,
+# kube-apiserver and kube-proxy built into .cache/bin), builds kpng from the
+# last commit, and runs hack/bench (its own Go module, so that the plotting
+# library never enters kpng's go.mod). Results and every process's log go to
+# .cache/bench. See hack/bench/main.go for what is measured, and
+# BENCHMARKS.md for how to read it.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${root}"
+
+if [[ " $* " != *" --report-only "* ]]; then
+	if [[ $(id -u) -ne 0 ]]; then
+		echo "bench.sh: the bench creates network namespaces and needs root; run as root (e.g. sudo)" >&2
+		exit 1
+	fi
+	hack/install-test-deps.sh >&2
+fi
+
+go -C hack/bench build -o "${root}/.cache/bench/bench" .
+exec "${root}/.cache/bench/bench" "$@"

@@ -1,0 +1,355 @@
+// Command bench runs kpng and upstream kube-proxy side by side against one
+// real API server, at several cluster sizes, and writes BENCHMARKS.md.
+//
+// For each size N it starts etcd and kube-apiserver (test/integration/apiserver)
+// inside a network namespace of its own, creates a Node, preloads N Services
+// of 10 endpoints each (EndpointSlices created directly), then starts at the
+// same time, each in its own network namespace (so their tables never meet,
+// and nothing touches the host's firewall) and on its own metrics port:
+//
+//   - kpng with the nft backend (kpng kube ... to-local ... to-nft),
+//   - kpng with the iptables backend (... to-iptables),
+//   - kube-proxy in nftables mode, and in iptables mode (the binary built
+//     by hack/install-test-deps.sh, the API server's version).
+//
+// It measures the cold start (time to the first complete sync), then runs
+// the workloads: churn (EndpointSlice updates at a fixed rate, each with
+// endpoints.kubernetes.io/last-change-trigger-time), a burst of updates at
+// once, and service creation and deletion. Figures come from the same
+// metric names for every proxy (kube-proxy's), and from /proc. Last, a
+// dataplane probe opens TCP connections from each proxy's node to a
+// ClusterIP whose endpoint is a pod namespace behind that node.
+//
+// Results go to <out>/results-N.json; --report-only turns all of them into
+// BENCHMARKS.md and the plots under docs/bench. Run it as root with
+// hack/bench.sh.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/term"
+)
+
+// envChild marks the bench process that runs inside the bench namespace;
+// its value is the run id.
+const envChild = "KPNG_BENCH_RUN"
+
+func main() {
+	var (
+		sizes      = flag.String("sizes", "1000,5000,10000", "comma-separated numbers of services (each with 10 endpoints)")
+		with30k    = flag.Bool("with-30k", false, "also run 30,000 services (long)")
+		churnRate  = flag.Float64("churn-rate", 5, "EndpointSlice updates per second during the churn")
+		churnFor   = flag.Duration("churn", time.Minute, "how long the churn lasts")
+		burst      = flag.Int("burst", 1000, "updates made at once in the burst")
+		newSvcs    = flag.Int("new-services", 50, "services created, then deleted")
+		svcRate    = flag.Float64("service-rate", 5, "services created (or deleted) per second")
+		startTO    = flag.Duration("start-timeout", 40*time.Minute, "longest wait for a proxy's first complete sync")
+		drainTO    = flag.Duration("drain-timeout", 15*time.Minute, "longest wait for a proxy to catch up after a phase")
+		probeFor   = flag.Duration("probe", 3*time.Second, "how long each dataplane probe runs")
+		outDir     = flag.String("out", "", "where results and logs go (default: <repo>/.cache/bench)")
+		kpngBin    = flag.String("kpng", "", "kpng binary (default: built from the repository)")
+		kubeProxy  = flag.String("kube-proxy", "", "kube-proxy binary (default: <repo>/.cache/bin/kube-proxy)")
+		reportOnly = flag.Bool("report-only", false, "only write BENCHMARKS.md and the plots from the results in --out")
+		noReport   = flag.Bool("no-report", false, "do not write BENCHMARKS.md and the plots")
+	)
+	flag.Parse()
+
+	root, err := repoRoot()
+	if err != nil {
+		fatal(err)
+	}
+	if *outDir == "" {
+		*outDir = filepath.Join(root, ".cache", "bench")
+	}
+	if *reportOnly {
+		if err := report(root, *outDir); err != nil {
+			fatal(err)
+		}
+		return
+	}
+	if os.Geteuid() != 0 {
+		fatal(fmt.Errorf("the bench creates network namespaces and needs root (hack/bench.sh)"))
+	}
+
+	// The parent only builds the namespace the bench runs in, runs itself
+	// there, and removes every namespace of the run afterwards, however
+	// the child ended.
+	if os.Getenv(envChild) == "" {
+		os.Exit(runParent(root, *outDir, *noReport))
+	}
+
+	cfg := &config{churnRate: *churnRate, churnFor: *churnFor, burst: *burst, newServices: *newSvcs,
+		serviceRate: *svcRate, startTimeout: *startTO, drainTimeout: *drainTO, probeFor: *probeFor,
+		outDir: *outDir, runID: os.Getenv(envChild), command: "hack/bench.sh " + strings.Join(os.Args[1:], " ")}
+	for _, s := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			fatal(fmt.Errorf("--sizes: %q is not a number of services", s))
+		}
+		cfg.sizes = append(cfg.sizes, n)
+	}
+	if *with30k {
+		cfg.sizes = append(cfg.sizes, 30000)
+	}
+	if cfg.bins.kubeProxy = *kubeProxy; cfg.bins.kubeProxy == "" {
+		cfg.bins.kubeProxy = filepath.Join(root, ".cache", "bin", "kube-proxy")
+	}
+	if cfg.bins.kpng = *kpngBin; cfg.bins.kpng == "" {
+		status.set(0, "building kpng from the last commit")
+		if cfg.bins.kpng, cfg.kpngVersion, err = buildKpng(root, *outDir); err != nil {
+			fatal(err)
+		}
+	} else {
+		cfg.kpngVersion = "given: " + cfg.bins.kpng
+	}
+	for _, b := range []string{cfg.bins.kpng, cfg.bins.kubeProxy} {
+		if _, err := os.Stat(b); err != nil {
+			fatal(fmt.Errorf("%v (run hack/install-test-deps.sh)", err))
+		}
+	}
+	if err := setupBridge(); err != nil {
+		fatal(err)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	failed := false
+	for _, n := range cfg.sizes {
+		res, err := runSize(ctx, cfg, n)
+		status.done()
+		if err != nil {
+			logf("size %d: %v", n, err)
+			failed = true
+			if res != nil {
+				_ = writeResult(cfg.outDir, res)
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+// runParent creates the bench namespace, runs this program inside it, then
+// deletes every namespace of the run, and writes the report.
+func runParent(root, outDir string, noReport bool) int {
+	sweepDeadRuns()
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		fatal(err)
+	}
+	runID := strconv.Itoa(os.Getpid())
+	benchNS := nsPrefix + runID + "-api"
+	if err := createNetns(benchNS); err != nil {
+		fatal(err)
+	}
+	defer func() {
+		names, _ := benchNamespaces(os.Getpid())
+		for _, n := range names {
+			if err := deleteNetns(n); err != nil {
+				logf("cleanup: %v", err)
+			}
+		}
+	}()
+	self, err := os.Executable()
+	if err != nil {
+		fatal(err)
+	}
+	cmd := exec.Command("ip", append([]string{"netns", "exec", benchNS, self}, os.Args[1:]...)...)
+	cmd.Env = append(os.Environ(), envChild+"="+runID)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// The child gets the terminal's signals itself; the parent waits.
+	signal.Ignore(os.Interrupt, syscall.SIGTERM)
+	code := 0
+	if err := cmd.Run(); err != nil {
+		logf("bench: %v", err)
+		code = 1
+	}
+	if !noReport {
+		if err := report(root, outDir); err != nil {
+			logf("report: %v", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+// buildKpng builds ./cmd/kpng of the repository's HEAD (not of the working
+// tree, which may hold others' unfinished changes) into dir, and returns
+// the binary and the commit.
+func buildKpng(root, dir string) (bin, commit string, err error) {
+	out, err := exec.Command("git", "-C", root, "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		return "", "", fmt.Errorf("git rev-parse HEAD: %w", err)
+	}
+	commit = strings.TrimSpace(string(out))
+	src, err := os.MkdirTemp(dir, "src-")
+	if err != nil {
+		return "", "", err
+	}
+	defer os.RemoveAll(src)
+	archive := exec.Command("sh", "-c", `git -C "$1" archive HEAD | tar -x -C "$2"`, "sh", root, src)
+	if out, err := archive.CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("git archive HEAD: %w: %s", err, out)
+	}
+	bin = filepath.Join(dir, "kpng")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/kpng")
+	build.Dir = src
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("go build ./cmd/kpng at %s: %w\n%s", commit, err, out)
+	}
+	return bin, commit, nil
+}
+
+// repoRoot walks up from the working directory to kpng's go.mod.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.Contains(string(b), "module github.com/kpng/kpng\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("not inside the kpng repository")
+		}
+		dir = parent
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+	os.Exit(1)
+}
+
+// logf prints a timestamped line (and keeps the progress line below it).
+func logf(format string, args ...any) {
+	status.mu.Lock()
+	defer status.mu.Unlock()
+	status.clearLocked()
+	fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	status.drawLocked()
+}
+
+// status is the progress line: rewritten in place on a terminal, printed
+// every 10 seconds (and at each change of step) otherwise.
+var status = &progress{tty: term.IsTerminal(int(os.Stderr.Fd()))}
+
+type progress struct {
+	mu      sync.Mutex
+	tty     bool
+	line    string
+	step    string
+	printed time.Time
+}
+
+func (p *progress) set(n int, msg string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	load := loadAvg()
+	line := fmt.Sprintf("[%d services] %s (load %.2f)", n, msg, load[0])
+	step, _, _ := strings.Cut(msg, ":")
+	p.clearLocked()
+	p.line = line
+	if p.tty {
+		p.drawLocked()
+		return
+	}
+	if step != p.step || time.Since(p.printed) >= 10*time.Second {
+		fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), line)
+		p.printed = time.Now()
+	}
+	p.step = step
+}
+
+func (p *progress) done() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.clearLocked()
+	p.line = ""
+}
+
+func (p *progress) clearLocked() {
+	if p.tty && p.line != "" {
+		fmt.Fprint(os.Stderr, "\r\033[K")
+	}
+}
+
+func (p *progress) drawLocked() {
+	if p.tty && p.line != "" {
+		fmt.Fprint(os.Stderr, p.line)
+	}
+}
+
+// loadAvg reads the 1, 5 and 15 minute load averages.
+func loadAvg() [3]float64 {
+	var l [3]float64
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return l
+	}
+	f := strings.Fields(string(b))
+	for i := 0; i < 3 && i < len(f); i++ {
+		l[i], _ = strconv.ParseFloat(f[i], 64)
+	}
+	return l
+}
+
+// sampleLoad appends the 1-minute load average every 15 seconds.
+func sampleLoad(ctx context.Context, mu *sync.Mutex, out *[]float64) {
+	t := time.NewTicker(15 * time.Second)
+	defer t.Stop()
+	for {
+		mu.Lock()
+		*out = append(*out, loadAvg()[0])
+		mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// machine describes this machine.
+func machine() Machine {
+	m := Machine{LoadStart: loadAvg()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if !ok {
+				continue
+			}
+			switch strings.TrimSpace(k) {
+			case "model name":
+				if m.CPUModel == "" {
+					m.CPUModel = strings.TrimSpace(v)
+				}
+			case "processor":
+				m.Cores++
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	return m
+}

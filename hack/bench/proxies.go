@@ -1,0 +1,249 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// proxyKind is one proxy under test, and how to run it.
+type proxyKind struct {
+	// Name names it in tables and plots.
+	Name string
+	// Reference is the kube-proxy it is compared with ("" for kube-proxy
+	// itself).
+	Reference string
+	// argv returns the command line, given the binaries, the kubeconfig,
+	// and the metrics and healthz addresses.
+	argv func(b binaries, kubeconfig, metrics, healthz string) []string
+	// synced reports whether a log line says a complete sync of the IPv4
+	// rules finished.
+	synced func(line string) bool
+}
+
+// binaries are the programs the bench runs.
+type binaries struct {
+	kpng, kubeProxy string
+}
+
+// nodeName is the Node every proxy serves.
+const nodeName = "bench-node"
+
+// The four proxies, run side by side.
+var proxyKinds = []proxyKind{
+	kpngKind("kpng-nft", "kube-proxy-nftables", "to-nft", "--table=kpngbench"),
+	kpngKind("kpng-iptables", "kube-proxy-iptables", "to-iptables"),
+	kubeProxyKind("kube-proxy-nftables", "nftables"),
+	kubeProxyKind("kube-proxy-iptables", "iptables"),
+}
+
+func kpngKind(name, reference, backend string, extra ...string) proxyKind {
+	return proxyKind{
+		Name: name, Reference: reference,
+		argv: func(b binaries, kubeconfig, metrics, healthz string) []string {
+			return append([]string{b.kpng, "--v=2", "kube", "--kubeconfig=" + kubeconfig,
+				"to-local", "--node-name=" + nodeName, backend,
+				"--metrics-bind-address=" + metrics, "--healthz-bind-address=" + healthz}, extra...)
+		},
+		// The driver logs this after every successful sync; the first
+		// one holds the whole cluster (the kube source publishes nothing
+		// before every watch has listed).
+		synced: func(line string) bool { return strings.Contains(line, "Dataplane synced") },
+	}
+}
+
+func kubeProxyKind(name, mode string) proxyKind {
+	return proxyKind{
+		Name: name,
+		argv: func(b binaries, kubeconfig, metrics, healthz string) []string {
+			return []string{b.kubeProxy, "--v=2", "--proxy-mode=" + mode,
+				"--kubeconfig=" + kubeconfig, "--hostname-override=" + nodeName,
+				"--metrics-bind-address=" + metrics, "--healthz-bind-address=" + healthz,
+				// Leave the conntrack sysctls alone: nf_conntrack_max is
+				// global, and kpng is not told to set them either.
+				"--conntrack-max-per-core=0",
+				"--conntrack-tcp-timeout-established=0",
+				"--conntrack-tcp-timeout-close-wait=0",
+			}
+		},
+		// One proxier per family; its first sync waits for the
+		// Service and EndpointSlice informers to have listed, so the
+		// first IPv4 sync is complete.
+		synced: func(line string) bool {
+			return strings.Contains(line, "SyncProxyRules complete") && strings.Contains(line, `"IPv4"`)
+		},
+	}
+}
+
+// proxy is one running proxy, in its own namespace.
+type proxy struct {
+	kind    proxyKind
+	ns      string // the proxy's "node" namespace
+	podNS   string // a pod namespace behind it, for the dataplane probe
+	addr    string // its address on the bench bridge
+	metrics string // host:port of its /metrics
+	logPath string
+
+	cmd     *exec.Cmd
+	started time.Time
+	exited  chan struct{}
+	exitErr error
+
+	mu        sync.Mutex
+	firstSync time.Time
+	synced    chan struct{} // closed at the first complete sync
+}
+
+// start runs the proxy in its namespace, with its output in logPath.
+// The process is forked from a goroutine locked to its thread until the
+// process exits, because the parent-death signal follows the forking
+// thread, not the process.
+func (p *proxy) start(argv []string) error {
+	logFile, err := os.Create(p.logPath)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(logFile, "==== %s\n", strings.Join(argv, " "))
+	p.synced = make(chan struct{})
+	p.exited = make(chan struct{})
+	out := io.MultiWriter(logFile, &lineWatcher{fn: p.onLine})
+	p.cmd = exec.Command("ip", append([]string{"netns", "exec", p.ns}, argv...)...)
+	p.cmd.Stdout, p.cmd.Stderr = out, out
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := p.cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		p.started = time.Now()
+		started <- nil
+		p.exitErr = p.cmd.Wait()
+		logFile.Close()
+		close(p.exited)
+	}()
+	if err := <-started; err != nil {
+		logFile.Close()
+		return fmt.Errorf("%s: start: %w", p.kind.Name, err)
+	}
+	return nil
+}
+
+func (p *proxy) onLine(line string) {
+	if !p.kind.synced(line) {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.firstSync.IsZero() {
+		p.firstSync = time.Now()
+		close(p.synced)
+	}
+}
+
+// firstSyncAfter returns the time from start to the first complete sync
+// (zero if none yet).
+func (p *proxy) firstSyncAfter() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.firstSync.IsZero() {
+		return 0
+	}
+	return p.firstSync.Sub(p.started)
+}
+
+func (p *proxy) running() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop terminates the proxy, and kills it after a grace period.
+func (p *proxy) stop() {
+	if p.cmd == nil || p.cmd.Process == nil || !p.running() {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(5 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// usage reads the proxy's CPU time and memory from /proc.
+func (p *proxy) usage() (ProcUsage, error) {
+	if !p.running() {
+		return ProcUsage{}, fmt.Errorf("%s exited: %v (see %s)", p.kind.Name, p.exitErr, p.logPath)
+	}
+	return readProcUsage(p.cmd.Process.Pid)
+}
+
+var scrapeClient = &http.Client{Timeout: 30 * time.Second}
+
+// scrape reads the proxy's /metrics.
+func (p *proxy) scrape(ctx context.Context) (Metrics, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metrics+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := scrapeClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: scrape: %w", p.kind.Name, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("%s: scrape: %w", p.kind.Name, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: scrape: %s", p.kind.Name, resp.Status)
+	}
+	m, err := ParseMetrics(string(body))
+	if err != nil {
+		return nil, fmt.Errorf("%s: /metrics: %w", p.kind.Name, err)
+	}
+	return m, nil
+}
+
+// lineWatcher calls fn with each complete line written to it.
+type lineWatcher struct {
+	fn  func(string)
+	buf []byte
+}
+
+func (w *lineWatcher) Write(b []byte) (int, error) {
+	w.buf = append(w.buf, b...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			break
+		}
+		w.fn(string(w.buf[:i]))
+		w.buf = w.buf[i+1:]
+	}
+	if len(w.buf) > 1<<20 { // a runaway line: drop it
+		w.buf = w.buf[:0]
+	}
+	return len(b), nil
+}
+
+// metricsPort is proxy i's /metrics port; healthzPort its /healthz.
+func metricsPort(i int) string { return strconv.Itoa(10300 + i) }
+func healthzPort(i int) string { return strconv.Itoa(10400 + i) }

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// SizeResult is one run at one size: the four proxies side by side.
+type SizeResult struct {
+	Services            int       `json:"services"`
+	EndpointsPerService int       `json:"endpoints_per_service"`
+	Started             time.Time `json:"started"`
+	Finished            time.Time `json:"finished"`
+	Command             string    `json:"command"`
+	KpngCommit          string    `json:"kpng_commit"`
+	Machine             Machine   `json:"machine"`
+	PreloadSeconds      float64   `json:"preload_seconds"`
+	ChurnRate           float64   `json:"churn_rate"`
+	ChurnSeconds        float64   `json:"churn_seconds"`
+	BurstUpdates        int       `json:"burst_updates"`
+	NewServices         int       `json:"new_services"`
+	ServiceRate         float64   `json:"service_rate"`
+	// LoadDuring are the 1-minute load averages sampled during the run:
+	// the machine is shared.
+	LoadDuring []float64      `json:"load_during"`
+	Proxies    []*ProxyResult `json:"proxies"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	CPUModel  string     `json:"cpu_model"`
+	Cores     int        `json:"cores"`
+	Kernel    string     `json:"kernel"`
+	LoadStart [3]float64 `json:"load_start"`
+	LoadEnd   [3]float64 `json:"load_end"`
+}
+
+// ProxyResult is one proxy's figures at one size.
+type ProxyResult struct {
+	Name      string `json:"name"`
+	Reference string `json:"reference,omitempty"`
+	// Error says why figures are missing (the proxy exited, timed out...).
+	Error string `json:"error,omitempty"`
+	// FirstSyncSeconds is the time from process start to the end of its
+	// first complete sync (0: none).
+	FirstSyncSeconds    float64 `json:"first_sync_seconds"`
+	ColdStartCPUSeconds float64 `json:"cold_start_cpu_seconds"`
+	RSSAfterStartMB     float64 `json:"rss_after_start_mb"`
+	RSSEndMB            float64 `json:"rss_end_mb"`
+	PeakRSSMB           float64 `json:"peak_rss_mb"`
+	// Phases are the workloads after the cold start: churn, burst,
+	// create, delete.
+	Phases map[string]*PhaseResult `json:"phases"`
+	// Probes are the dataplane probes: to the probe Service's cluster IP,
+	// and to its pod directly (no service).
+	Probes []ProbeResult `json:"probes,omitempty"`
+}
+
+// PhaseResult is what one proxy did during one workload, from metrics
+// scraped before it and after the proxy caught up.
+type PhaseResult struct {
+	// Changes is how many API writes the phase made.
+	Changes int `json:"changes"`
+	// Syncs and the sync duration quantiles, from
+	// kubeproxy_sync_proxy_rules_duration_seconds{ip_family="IPv4"}.
+	Syncs          float64 `json:"syncs"`
+	SyncP50        float64 `json:"sync_p50"`
+	SyncP99        float64 `json:"sync_p99"`
+	SyncSumSeconds float64 `json:"sync_sum_seconds"`
+	// NetProg*: kubeproxy_network_programming_duration_seconds.
+	NetProgCount float64 `json:"netprog_count"`
+	NetProgP50   float64 `json:"netprog_p50"`
+	NetProgP99   float64 `json:"netprog_p99"`
+	// NetProgP99Bucket is the upper bound of the bucket holding p99: what
+	// the histogram's resolution can promise.
+	NetProgP99Bucket float64 `json:"netprog_p99_bucket"`
+	// CPUSeconds is the CPU time used from the start of the phase until
+	// the proxy caught up; WallSeconds that time.
+	CPUSeconds  float64 `json:"cpu_seconds"`
+	WallSeconds float64 `json:"wall_seconds"`
+	// CaughtUpSeconds is from the phase's start to the end of the sync
+	// that applied its last change; CaughtUp is false on a timeout.
+	CaughtUpSeconds float64 `json:"caught_up_seconds"`
+	CaughtUp        bool    `json:"caught_up"`
+}
+
+// Phase names, in the order they run.
+const (
+	phaseChurn  = "churn"
+	phaseBurst  = "burst"
+	phaseCreate = "create"
+	phaseDelete = "delete"
+)
+
+var phases = []string{phaseChurn, phaseBurst, phaseCreate, phaseDelete}
+
+func resultPath(dir string, services int) string {
+	return filepath.Join(dir, fmt.Sprintf("results-%d.json", services))
+}
+
+func writeResult(dir string, r *SizeResult) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(resultPath(dir, r.Services), append(b, '\n'), 0o644)
+}
+
+// readResults reads every results-N.json of dir, by size.
+func readResults(dir string) ([]*SizeResult, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []*SizeResult
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "results-") || !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		var r SizeResult
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("%s: %w", e.Name(), err)
+		}
+		out = append(out, &r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Services < out[j].Services })
+	return out, nil
+}
+
+// proxy returns the named proxy's result, or nil.
+func (r *SizeResult) proxy(name string) *ProxyResult {
+	for _, p := range r.Proxies {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}

@@ -1,0 +1,486 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kpng/kpng/test/integration/apiserver"
+)
+
+// The bench network, inside the bench's own namespace: a bridge that the
+// API server listens on, and one veth per proxy namespace.
+const (
+	benchBridge   = "kpbench0"
+	bridgeAddr    = "10.210.0.1"
+	bridgePrefix  = 24
+	proxyAddrBase = 10 // proxy i is 10.210.0.(10+i)
+)
+
+// settle is how long after a phase's last write a proxy is given to have
+// received it before "no pending change" may be believed: watch events
+// take milliseconds, even on a loaded machine.
+const settle = 2 * time.Second
+
+type config struct {
+	sizes        []int
+	churnRate    float64
+	churnFor     time.Duration
+	burst        int
+	newServices  int
+	serviceRate  float64
+	startTimeout time.Duration
+	drainTimeout time.Duration
+	probeFor     time.Duration
+	outDir       string
+	runID        string
+	bins         binaries
+	command      string
+	kpngVersion  string
+}
+
+// runSize runs the whole bench at one size, and writes its result.
+func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err error) {
+	dir := filepath.Join(cfg.outDir, fmt.Sprintf("run-%d", n))
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	tb := newRunTB(dir)
+	defer tb.runCleanups()
+	defer func() {
+		if r := recover(); r != nil {
+			fe, ok := r.(fatalError)
+			if !ok {
+				panic(r)
+			}
+			err = fe
+		}
+	}()
+
+	res = &SizeResult{Services: n, EndpointsPerService: endpointsPerService, Started: time.Now().UTC(),
+		Command: cfg.command, Machine: machine(), ChurnRate: cfg.churnRate, ChurnSeconds: cfg.churnFor.Seconds(),
+		BurstUpdates: cfg.burst, NewServices: cfg.newServices, ServiceRate: cfg.serviceRate,
+		KpngCommit: cfg.kpngVersion}
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	var loadMu sync.Mutex
+	go sampleLoad(loadCtx, &loadMu, &res.LoadDuring)
+
+	status.set(n, "starting etcd and kube-apiserver")
+	api := apiserver.Start(tb, apiserver.WithAPIServerArgs("--bind-address=0.0.0.0"))
+	kubeconfig, err := proxyKubeconfig(api, dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := createNode(ctx, api.Client); err != nil {
+		return nil, err
+	}
+	status.set(n, fmt.Sprintf("preloading %d services x %d endpoints", n, endpointsPerService))
+	began := time.Now()
+	cl, err := preload(ctx, api.Client, n, func(done int) {
+		status.set(n, fmt.Sprintf("preloading: %d/%d services", done, n))
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.PreloadSeconds = time.Since(began).Seconds()
+	logf("size %d: preloaded in %.1fs", n, res.PreloadSeconds)
+
+	svc, err := api.Client.CoreV1().Services(namespace).Get(ctx, probeService, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	probeVIP := net.JoinHostPort(svc.Spec.ClusterIP, fmt.Sprint(servicePort))
+
+	// One namespace per proxy, plus a pod namespace behind it.
+	var proxies []*proxy
+	for i, k := range proxyKinds {
+		p := &proxy{kind: k,
+			ns:      fmt.Sprintf("%s%s-%d-p%d", nsPrefix, cfg.runID, n, i),
+			podNS:   fmt.Sprintf("%s%s-%d-p%dpod", nsPrefix, cfg.runID, n, i),
+			addr:    fmt.Sprintf("10.210.0.%d", proxyAddrBase+i),
+			logPath: filepath.Join(dir, k.Name+".log"),
+		}
+		p.metrics = net.JoinHostPort(p.addr, metricsPort(i))
+		tb.Cleanup(func() {
+			_ = deleteNetns(p.podNS)
+			_ = deleteNetns(p.ns)
+		})
+		if err := plumb(p, i); err != nil {
+			return nil, err
+		}
+		l, err := servePod(p.podNS)
+		if err != nil {
+			return nil, err
+		}
+		tb.Cleanup(func() { l.Close() })
+		proxies = append(proxies, p)
+		res.Proxies = append(res.Proxies, &ProxyResult{Name: k.Name, Reference: k.Reference, Phases: map[string]*PhaseResult{}})
+	}
+
+	// Cold start: all four at once.
+	status.set(n, "cold start")
+	for i, p := range proxies {
+		argv := p.kind.argv(cfg.bins, kubeconfig, p.metrics, net.JoinHostPort(p.addr, healthzPort(i)))
+		if err := p.start(argv); err != nil {
+			return nil, err
+		}
+		tb.Cleanup(p.stop)
+	}
+	stopProgress := progressColdStart(ctx, n, proxies)
+	live := waitColdStart(ctx, cfg, proxies, res)
+	stopProgress()
+	if len(live) == 0 {
+		return res, errors.New("no proxy completed its first sync")
+	}
+	// Let every proxy finish what the start queued (kube-proxy syncs
+	// again once its Node informer reports) before measuring anything.
+	status.set(n, "waiting for the proxies to go idle")
+	time.Sleep(settle)
+	drain(ctx, cfg, live, time.Time{}, nil)
+
+	for _, phase := range phases {
+		if err := runPhase(ctx, cfg, cl, phase, live, res); err != nil {
+			return res, fmt.Errorf("phase %s: %w", phase, err)
+		}
+	}
+
+	status.set(n, "dataplane probes")
+	for i, p := range proxies {
+		if !p.running() {
+			continue
+		}
+		r := res.Proxies[i]
+		for _, target := range []string{probeVIP, net.JoinHostPort(probePodIP, fmt.Sprint(endpointPort))} {
+			pr, err := probe(p.ns, target, cfg.probeFor)
+			if err != nil {
+				r.Error = joinErr(r.Error, fmt.Sprintf("probe %s: %v", target, err))
+				continue
+			}
+			r.Probes = append(r.Probes, pr)
+			logf("size %d: %s: dataplane to %s: %.0f connections/s, connect p50 %.0fµs p99 %.0fµs (%d failures)",
+				n, p.kind.Name, target, pr.PerSecond, pr.P50Micros, pr.P99Micros, pr.Failures)
+		}
+	}
+
+	for i, p := range proxies {
+		u, err := p.usage()
+		if err != nil {
+			res.Proxies[i].Error = joinErr(res.Proxies[i].Error, err.Error())
+			continue
+		}
+		res.Proxies[i].RSSEndMB = mb(u.RSSBytes)
+		res.Proxies[i].PeakRSSMB = mb(u.PeakRSSBytes)
+	}
+	stopLoad()
+	loadMu.Lock()
+	res.Machine.LoadEnd = loadAvg()
+	res.Finished = time.Now().UTC()
+	loadMu.Unlock()
+	status.set(n, "done")
+	return res, writeResult(cfg.outDir, res)
+}
+
+func joinErr(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+// finite turns "no observation" (NaN) into 0, which JSON can carry and the
+// report shows as missing.
+func finite(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0
+	}
+	return v
+}
+
+func mb(b int64) float64 { return float64(b) / (1 << 20) }
+
+// plumb builds proxy i's namespace: a veth to the bench bridge (its way to
+// the API server, and ours to its /metrics), and a pod namespace behind a
+// second veth, whose address is the probe Service's endpoint. The route to
+// the service range goes to the pod side, so that a connection to a
+// cluster IP has a route before the proxy's NAT rules rewrite it.
+func plumb(p *proxy, i int) error {
+	for _, ns := range []string{p.ns, p.podNS} {
+		if err := createNetns(ns); err != nil {
+			return err
+		}
+	}
+	veth := fmt.Sprintf("kpbv%d", i)
+	if err := ipCmd("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", p.ns); err != nil {
+		return err
+	}
+	if err := ipCmd("link", "set", veth, "master", benchBridge, "up"); err != nil {
+		return err
+	}
+	if err := ipBatch(p.ns,
+		fmt.Sprintf("addr add %s/%d dev eth0", p.addr, bridgePrefix),
+		"link set eth0 up",
+		"link add pod0 type veth peer name eth0 netns "+p.podNS,
+		"addr add "+probeNodeIP+"/24 dev pod0",
+		"link set pod0 up",
+		"route add "+apiserver.ServiceCIDRIPv4+" via "+probePodIP,
+	); err != nil {
+		return err
+	}
+	return ipBatch(p.podNS,
+		"addr add "+probePodIP+"/24 dev eth0",
+		"link set eth0 up",
+		"route add default via "+probeNodeIP,
+	)
+}
+
+// setupBridge creates the bench bridge in the bench's namespace.
+func setupBridge() error {
+	if err := ipCmd("link", "add", benchBridge, "type", "bridge"); err != nil {
+		return err
+	}
+	if err := ipCmd("addr", "add", fmt.Sprintf("%s/%d", bridgeAddr, bridgePrefix), "dev", benchBridge); err != nil {
+		return err
+	}
+	return ipCmd("link", "set", benchBridge, "up")
+}
+
+// proxyKubeconfig writes a kubeconfig for the proxies: the admin's, with
+// the API server reached over the bench bridge. The serving certificate is
+// for 127.0.0.1, which tls-server-name asks to check instead.
+func proxyKubeconfig(api *apiserver.Server, dir string) (string, error) {
+	kc, err := clientcmd.LoadFromFile(api.KubeconfigPath)
+	if err != nil {
+		return "", err
+	}
+	u, err := url.Parse(api.URL)
+	if err != nil {
+		return "", err
+	}
+	for _, c := range kc.Clusters {
+		c.Server = "https://" + net.JoinHostPort(bridgeAddr, u.Port())
+		c.TLSServerName = "127.0.0.1"
+	}
+	path := filepath.Join(dir, "proxy.kubeconfig")
+	return path, clientcmd.WriteToFile(*kc, path)
+}
+
+// waitColdStart waits until every proxy completed its first sync (or
+// exited, or timed out), records the cold-start figures, and returns the
+// proxies that are up.
+func waitColdStart(ctx context.Context, cfg *config, proxies []*proxy, res *SizeResult) []*proxy {
+	var live []*proxy
+	deadline := time.After(cfg.startTimeout)
+	for i, p := range proxies {
+		r := res.Proxies[i]
+		select {
+		case <-p.synced:
+		case <-p.exited:
+			r.Error = fmt.Sprintf("exited before its first sync: %v (log: %s)", p.exitErr, p.logPath)
+			continue
+		case <-deadline:
+			r.Error = fmt.Sprintf("no complete sync within %v", cfg.startTimeout)
+			p.stop()
+			continue
+		case <-ctx.Done():
+			r.Error = ctx.Err().Error()
+			continue
+		}
+		r.FirstSyncSeconds = p.firstSyncAfter().Seconds()
+		logf("size %d: %s first complete sync after %.1fs", res.Services, p.kind.Name, r.FirstSyncSeconds)
+		live = append(live, p)
+	}
+	for i, p := range proxies {
+		if !p.running() {
+			continue
+		}
+		u, err := p.usage()
+		if err != nil {
+			continue
+		}
+		res.Proxies[i].ColdStartCPUSeconds = u.CPUSeconds
+		res.Proxies[i].RSSAfterStartMB = mb(u.RSSBytes)
+	}
+	return live
+}
+
+// snapshot is a proxy's metrics and usage at one moment.
+type snapshot struct {
+	m Metrics
+	u ProcUsage
+}
+
+func takeSnapshot(ctx context.Context, p *proxy) (snapshot, error) {
+	u, err := p.usage()
+	if err != nil {
+		return snapshot{}, err
+	}
+	m, err := p.scrape(ctx)
+	return snapshot{m: m, u: u}, err
+}
+
+var ipv4 = map[string]string{labelFamily: familyIPv4}
+
+// runPhase runs one workload and records each proxy's figures for it.
+func runPhase(ctx context.Context, cfg *config, cl *cluster, phase string, live []*proxy, res *SizeResult) error {
+	n := res.Services
+	before := map[*proxy]snapshot{}
+	for _, p := range live {
+		s, err := takeSnapshot(ctx, p)
+		if err != nil {
+			return err
+		}
+		before[p] = s
+	}
+	start := time.Now()
+	var changes int
+	var err error
+	switch phase {
+	case phaseChurn:
+		status.set(n, fmt.Sprintf("churn: %.0f updates/s for %v", cfg.churnRate, cfg.churnFor))
+		changes, err = cl.churn(ctx, cfg.churnRate, cfg.churnFor)
+	case phaseBurst:
+		status.set(n, fmt.Sprintf("burst: %d updates at once", cfg.burst))
+		changes, err = cfg.burst, cl.burst(ctx, cfg.burst)
+	case phaseCreate:
+		status.set(n, fmt.Sprintf("creating %d services", cfg.newServices))
+		changes, err = cfg.newServices, cl.createServices(ctx, cfg.newServices, cfg.serviceRate)
+	case phaseDelete:
+		status.set(n, fmt.Sprintf("deleting %d services", cfg.newServices))
+		changes, err = cfg.newServices, cl.deleteServices(ctx, cfg.newServices, cfg.serviceRate)
+	}
+	if err != nil {
+		return err
+	}
+	lastWrite := time.Now()
+	status.set(n, phase+": waiting for the proxies to catch up")
+	caught := drain(ctx, cfg, live, lastWrite, func(p *proxy, at time.Time) {
+		status.set(n, fmt.Sprintf("%s: %s caught up after %.1fs", phase, p.kind.Name, at.Sub(start).Seconds()))
+	})
+	for i, p := range live {
+		r := res.proxy(p.kind.Name)
+		after, err := takeSnapshot(ctx, p)
+		if err != nil {
+			r.Error = joinErr(r.Error, fmt.Sprintf("%s: %v", phase, err))
+			continue
+		}
+		b := before[p]
+		sync, _ := after.m.Histogram(metricSyncDuration, ipv4)
+		sync = sync.Sub(mustHistogram(b.m, metricSyncDuration, ipv4))
+		np, _ := after.m.Histogram(metricNetProg, ipv4)
+		np = np.Sub(mustHistogram(b.m, metricNetProg, ipv4))
+		pr := &PhaseResult{
+			Changes: changes,
+			Syncs:   sync.Count, SyncP50: finite(sync.Quantile(0.5)), SyncP99: finite(sync.Quantile(0.99)), SyncSumSeconds: sync.Sum,
+			NetProgCount: np.Count, NetProgP50: finite(np.Quantile(0.5)), NetProgP99: finite(np.Quantile(0.99)),
+			NetProgP99Bucket: finite(np.BucketAbove(0.99)),
+			CPUSeconds:       after.u.CPUSeconds - b.u.CPUSeconds,
+		}
+		if at := caught[i]; !at.IsZero() {
+			pr.CaughtUp = true
+			pr.CaughtUpSeconds = at.Sub(start).Seconds()
+			pr.WallSeconds = time.Since(start).Seconds()
+		} else {
+			pr.WallSeconds = time.Since(start).Seconds()
+		}
+		r.Phases[phase] = pr
+		logf("size %d: %s: %s: syncs %.0f (p50 %s, p99 %s), network programming p50 %s p99 %s, cpu %.2fs, caught up %v after %.1fs",
+			n, phase, p.kind.Name, pr.Syncs, secs(pr.SyncP50), secs(pr.SyncP99), secs(pr.NetProgP50), secs(pr.NetProgP99),
+			pr.CPUSeconds, pr.CaughtUp, pr.CaughtUpSeconds)
+	}
+	return nil
+}
+
+func mustHistogram(m Metrics, name string, want map[string]string) Histogram {
+	h, _ := m.Histogram(name, want)
+	return h
+}
+
+func secs(v float64) string { return fmt.Sprintf("%.3fs", v) }
+
+// drain waits until every proxy has applied every change written up to
+// lastWrite: no change pending, and a sync that ended after lastWrite (a
+// watch event takes milliseconds, so after `settle` a change not yet
+// pending is not coming). It returns, per proxy, the end of that sync
+// (zero if the proxy did not catch up within cfg.drainTimeout), and calls
+// onCaught as each one does.
+func drain(ctx context.Context, cfg *config, live []*proxy, lastWrite time.Time, onCaught func(*proxy, time.Time)) []time.Time {
+	caught := make([]time.Time, len(live))
+	deadline := time.Now().Add(cfg.drainTimeout)
+	if wait := time.Until(lastWrite.Add(settle)); wait > 0 {
+		time.Sleep(wait)
+	}
+	for {
+		left := 0
+		for i, p := range live {
+			if !caught[i].IsZero() || !p.running() {
+				continue
+			}
+			m, err := p.scrape(ctx)
+			if err != nil {
+				left++
+				continue
+			}
+			pending, _ := m.Value(metricEndpointsPend, nil)
+			svcPending, _ := m.Value(metricServicesPend, nil)
+			last, _ := m.Value(metricLastSync, ipv4)
+			lastSync := time.Unix(0, int64(last*1e9))
+			if pending == 0 && svcPending == 0 && !lastSync.Before(lastWrite) {
+				caught[i] = lastSync
+				if onCaught != nil {
+					onCaught(p, lastSync)
+				}
+				continue
+			}
+			left++
+		}
+		if left == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return caught
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// progressColdStart prints which proxies have synced, until stopped.
+func progressColdStart(ctx context.Context, n int, proxies []*proxy) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	begin := time.Now()
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			var parts []string
+			for _, p := range proxies {
+				switch d := p.firstSyncAfter(); {
+				case d > 0:
+					parts = append(parts, fmt.Sprintf("%s synced in %.1fs", p.kind.Name, d.Seconds()))
+				case !p.running():
+					parts = append(parts, p.kind.Name+" exited")
+				default:
+					parts = append(parts, p.kind.Name+" syncing")
+				}
+			}
+			status.set(n, fmt.Sprintf("cold start: %.0fs: %s", time.Since(begin).Seconds(), strings.Join(parts, ", ")))
+		}
+	}()
+	return cancel
+}
