@@ -250,6 +250,40 @@ func startAPIServer(t *testing.T) *apiserver.Server {
 	return apiserver.Start(t)
 }
 
+// TestConfigHardFailFalseContinues runs the binary on a v1alpha2 file with
+// configHardFail: false, an unknown field and an invalid value: it exits 0,
+// logs a warning naming each, and writes the default in the bad field's
+// place.
+func TestConfigHardFailFalseContinues(t *testing.T) {
+	kpng := netlab.KpngBinary(t)
+	dir := t.TempDir()
+	in, out := filepath.Join(dir, "soft.yaml"), filepath.Join(dir, "out.yaml")
+	doc := "apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: KubeProxyConfiguration\nconfigHardFail: false\nmode: nftables\nbogus: 1\nlinux:\n  oomScoreAdj: 5000\n"
+	if err := os.WriteFile(in, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	logs, err := exec.CommandContext(ctx, kpng, "proxy", "--config", in, "--write-config-to", out).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kpng proxy: %v, want success\n%s", err, logs)
+	}
+	for _, s := range []string{`unknown field \"bogus\"`, "linux.oomScoreAdj: Invalid value: 5000"} {
+		if !strings.Contains(string(logs), s) {
+			t.Errorf("no warning with %q:\n%s", s, logs)
+		}
+	}
+	written, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"\n  oomScoreAdj: -999\n", "\nmode: nftables\n", "\nconfigHardFail: false\n"} {
+		if !strings.Contains(string(written), s) {
+			t.Errorf("written configuration lacks %q:\n%s", s, written)
+		}
+	}
+}
+
 // lineDiff lists the lines only in a (-) and only in b (+).
 func lineDiff(a, b string) string {
 	count := map[string]int{}
