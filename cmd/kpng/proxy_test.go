@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -758,5 +759,49 @@ func TestConfigHardFailFalseWarnsAndRuns(t *testing.T) {
 		if !strings.Contains(joined, field) {
 			t.Errorf("no configuration warning names %s; warnings:\n%s", field, joined)
 		}
+	}
+}
+
+// TestMetricsServerBindAddressHardFail: with bindAddressHardFail a metrics
+// port already in use ends kpng proxy with an error naming the setting;
+// without it, the failure is logged and the server retries until the proxy
+// stops, as kube-proxy does.
+func TestMetricsServerBindAddressHardFail(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	c := config.Default()
+	c.MetricsBindAddress = taken.Addr().String()
+
+	c.BindAddressHardFail = true
+	if err := serveMetrics(context.Background(), c); err == nil || !strings.Contains(err.Error(), "bindAddressHardFail is true") {
+		t.Errorf("bindAddressHardFail true: err = %v, want one naming bindAddressHardFail", err)
+	}
+
+	c.BindAddressHardFail = false
+	logged := make(chan string, 10)
+	logger := funcr.New(func(prefix, args string) {
+		select {
+		case logged <- args:
+		default:
+		}
+	}, funcr.Options{})
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- serveMetrics(ctx, c) }()
+	select {
+	case line := <-logged:
+		if !strings.Contains(line, "could not bind") {
+			t.Errorf("logged %s, want the bind failure", line)
+		}
+	case err := <-done:
+		t.Fatalf("bindAddressHardFail false: serveMetrics returned %v before the proxy stopped", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("bindAddressHardFail false: serveMetrics = %v after the proxy stopped, want nil", err)
 	}
 }
