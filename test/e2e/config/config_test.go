@@ -172,6 +172,20 @@ func TestV1Alpha1AndMigratedV1Alpha2ProgramTheSameRules(t *testing.T) {
 		}
 	}
 
+	// What reached the backend's flags and the runner, from the start log
+	// line: the same for twins, with the file's sync periods.
+	for i := 0; i < len(runs); i += 2 {
+		f1, f2 := startFlags(t, runs[i]), startFlags(t, runs[i+1])
+		if !slices.Equal(f1, f2) {
+			t.Errorf("backend flags differ:\n%s: %q\n%s: %q", runs[i].name, f1, runs[i+1].name, f2)
+		}
+		for _, want := range []string{"--sync-period=20s", "--min-sync-period=100ms", "--cluster-cidr=10.244.0.0/16,fd00:10:244::/56"} {
+			if !slices.Contains(f1, want) {
+				t.Errorf("%s: backend flags %q lack %s", runs[i].name, f1, want)
+			}
+		}
+	}
+
 	// Both runs of a pair report the same configuration on /configz,
 	// under kube-proxy's key, as v1alpha2.
 	for i := 0; i < len(runs); i += 2 {
@@ -282,6 +296,23 @@ func TestConfigHardFailFalseContinues(t *testing.T) {
 			t.Errorf("written configuration lacks %q:\n%s", s, written)
 		}
 	}
+}
+
+// startFlags returns the backend flags kpng proxy logged (as JSON) when it
+// started in r.
+func startFlags(t *testing.T, r *run) []string {
+	t.Helper()
+	for _, line := range strings.Split(r.proc.Output(), "\n") {
+		var entry struct {
+			Msg          string   `json:"msg"`
+			BackendFlags []string `json:"backendFlags"`
+		}
+		if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "Starting kpng proxy" {
+			return entry.BackendFlags
+		}
+	}
+	t.Fatalf("%s: no start line in the output:\n%s", r.name, r.proc.Output())
+	return nil
 }
 
 // lineDiff lists the lines only in a (-) and only in b (+).
