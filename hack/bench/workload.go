@@ -120,18 +120,27 @@ func preload(ctx context.Context, c kubernetes.Interface, n int, progress func(d
 	var done atomic.Int64
 	err := parallel(ctx, n, func(ctx context.Context, i int) error {
 		name := fmt.Sprintf("svc-%d", i)
-		if _, err := c.CoreV1().Services(namespace).Create(ctx, newService(name), metav1.CreateOptions{}); err != nil {
+		if err := retry(ctx, apierrors.IsAlreadyExists, func() error {
+			_, err := c.CoreV1().Services(namespace).Create(ctx, newService(name), metav1.CreateOptions{})
+			return err
+		}); err != nil {
 			return fmt.Errorf("service %s: %w", name, err)
 		}
 		addrs := make([]string, endpointsPerService)
 		for j := range addrs {
 			addrs[j] = preloadAddr(i, j)
 		}
-		s, err := c.DiscoveryV1().EndpointSlices(namespace).Create(ctx, newSlice(name, addrs, "", false), metav1.CreateOptions{})
+		err := retry(ctx, nil, func() error {
+			s, err := c.DiscoveryV1().EndpointSlices(namespace).Create(ctx, newSlice(name, addrs, "", false), metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				s, err = c.DiscoveryV1().EndpointSlices(namespace).Get(ctx, name+"-1", metav1.GetOptions{})
+			}
+			cl.slices[i] = s
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("endpointslice of %s: %w", name, err)
 		}
-		cl.slices[i] = s
 		if d := done.Add(1); d%500 == 0 {
 			progress(int(d))
 		}
@@ -147,6 +156,29 @@ func preload(ctx context.Context, c kubernetes.Interface, n int, progress func(d
 		return nil, fmt.Errorf("endpointslice of %s: %w", probeService, err)
 	}
 	return cl, nil
+}
+
+// retry runs fn until it succeeds, up to 5 times with a growing pause: on
+// a loaded machine etcd may time out a request ("etcdserver: request timed
+// out"), which is the API server's trouble, not the proxies'. ok tells
+// which errors mean the previous attempt was applied after all (a create
+// that finds the object, a delete that does not).
+func retry(ctx context.Context, ok func(error) bool, fn func() error) error {
+	var err error
+	for attempt := range 5 {
+		if err = fn(); err == nil || (attempt > 0 && ok != nil && ok(err)) {
+			return nil
+		}
+		if apierrors.IsConflict(err) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-time.After(time.Duration(200<<attempt) * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return err
 }
 
 // parallel runs fn(i) for i in [0, n) on `workers` goroutines and returns
@@ -190,16 +222,22 @@ func (cl *cluster) update(ctx context.Context, i int) error {
 	s := cl.slices[i].DeepCopy()
 	j := int(g) % len(s.Endpoints)
 	s.Endpoints[j].Addresses = []string{netip.AddrFrom4([4]byte{10, 150 + byte(g>>16), byte(g >> 8), byte(g)}).String()}
-	stamp(s)
-	out, err := cl.c.DiscoveryV1().EndpointSlices(namespace).Update(ctx, s, metav1.UpdateOptions{})
-	if apierrors.IsConflict(err) {
-		// Only the bench writes slices; refresh and retry once.
-		var cur *discoveryv1.EndpointSlice
-		if cur, err = cl.c.DiscoveryV1().EndpointSlices(namespace).Get(ctx, s.Name, metav1.GetOptions{}); err == nil {
-			s.ResourceVersion = cur.ResourceVersion
-			out, err = cl.c.DiscoveryV1().EndpointSlices(namespace).Update(ctx, s, metav1.UpdateOptions{})
+	var out *discoveryv1.EndpointSlice
+	err := retry(ctx, nil, func() error {
+		stamp(s)
+		var err error
+		out, err = cl.c.DiscoveryV1().EndpointSlices(namespace).Update(ctx, s, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			// Only the bench writes slices: a conflict means an attempt
+			// that timed out was applied. Refresh and write again.
+			var cur *discoveryv1.EndpointSlice
+			if cur, err = cl.c.DiscoveryV1().EndpointSlices(namespace).Get(ctx, s.Name, metav1.GetOptions{}); err == nil {
+				s.ResourceVersion = cur.ResourceVersion
+				out, err = cl.c.DiscoveryV1().EndpointSlices(namespace).Update(ctx, s, metav1.UpdateOptions{})
+			}
 		}
-	}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("update endpointslice %s: %w", s.Name, err)
 	}
@@ -215,7 +253,7 @@ func (cl *cluster) churn(ctx context.Context, rate float64, d time.Duration) (in
 	defer tick.Stop()
 	end := time.After(d)
 	var wg sync.WaitGroup
-	var n atomic.Int64
+	var n, failed atomic.Int64
 	var firstErr error
 	var errOnce sync.Once
 	for {
@@ -225,7 +263,10 @@ func (cl *cluster) churn(ctx context.Context, rate float64, d time.Duration) (in
 			go func() {
 				defer wg.Done()
 				if err := cl.update(ctx, rand.IntN(len(cl.slices))); err != nil {
+					// One lost update does not spoil the phase: it is
+					// counted out of the changes, and logged.
 					errOnce.Do(func() { firstErr = err })
+					failed.Add(1)
 					return
 				}
 				n.Add(1)
@@ -237,7 +278,13 @@ func (cl *cluster) churn(ctx context.Context, rate float64, d time.Duration) (in
 		break
 	}
 	wg.Wait()
-	return int(n.Load()), firstErr
+	if firstErr != nil {
+		logf("churn: %d of %d updates failed, the first with: %v", failed.Load(), n.Load()+failed.Load(), firstErr)
+	}
+	if n.Load() == 0 {
+		return 0, firstErr
+	}
+	return int(n.Load()), nil
 }
 
 // burst makes k updates at once (as fast as `workers` requests in flight
@@ -254,14 +301,20 @@ func (cl *cluster) burst(ctx context.Context, k int) error {
 func (cl *cluster) createServices(ctx context.Context, k int, rate float64) error {
 	return paced(ctx, k, rate, func(ctx context.Context, i int) error {
 		name := fmt.Sprintf("new-%d", i)
-		if _, err := cl.c.CoreV1().Services(namespace).Create(ctx, newService(name), metav1.CreateOptions{}); err != nil {
+		if err := retry(ctx, apierrors.IsAlreadyExists, func() error {
+			_, err := cl.c.CoreV1().Services(namespace).Create(ctx, newService(name), metav1.CreateOptions{})
+			return err
+		}); err != nil {
 			return fmt.Errorf("service %s: %w", name, err)
 		}
 		addrs := make([]string, endpointsPerService)
 		for j := range addrs {
 			addrs[j] = netip.AddrFrom4([4]byte{10, 140, byte(i), byte(j + 1)}).String()
 		}
-		if _, err := cl.c.DiscoveryV1().EndpointSlices(namespace).Create(ctx, newSlice(name, addrs, "", true), metav1.CreateOptions{}); err != nil {
+		if err := retry(ctx, apierrors.IsAlreadyExists, func() error {
+			_, err := cl.c.DiscoveryV1().EndpointSlices(namespace).Create(ctx, newSlice(name, addrs, "", true), metav1.CreateOptions{})
+			return err
+		}); err != nil {
 			return fmt.Errorf("endpointslice of %s: %w", name, err)
 		}
 		return nil
@@ -272,10 +325,14 @@ func (cl *cluster) createServices(ctx context.Context, k int, rate float64) erro
 func (cl *cluster) deleteServices(ctx context.Context, k int, rate float64) error {
 	return paced(ctx, k, rate, func(ctx context.Context, i int) error {
 		name := fmt.Sprintf("new-%d", i)
-		if err := cl.c.DiscoveryV1().EndpointSlices(namespace).Delete(ctx, name+"-1", metav1.DeleteOptions{}); err != nil {
+		if err := retry(ctx, apierrors.IsNotFound, func() error {
+			return cl.c.DiscoveryV1().EndpointSlices(namespace).Delete(ctx, name+"-1", metav1.DeleteOptions{})
+		}); err != nil {
 			return fmt.Errorf("endpointslice of %s: %w", name, err)
 		}
-		if err := cl.c.CoreV1().Services(namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		if err := retry(ctx, apierrors.IsNotFound, func() error {
+			return cl.c.CoreV1().Services(namespace).Delete(ctx, name, metav1.DeleteOptions{})
+		}); err != nil {
 			return fmt.Errorf("service %s: %w", name, err)
 		}
 		return nil
