@@ -64,7 +64,8 @@ func main() {
 	services := flag.String("services", "1000,10000", "cluster sizes to measure, in Services (one EndpointSlice each), comma-separated")
 	endpoints := flag.Int("endpoints", 3, "endpoints per EndpointSlice")
 	agents := flag.Int("agents", 1000, "node agents (one gRPC connection each)")
-	full := flag.Int("full-agents", 10, "of the agents, how many are complete node agents (own store and brain view)")
+	full := flag.Int("full-agents", 10, "of the agents, how many are complete node agents (own store and brain view); globalv1 only")
+	api := flag.String("api", "globalv1", "globalv1: agents follow the cluster (kpng api); localv1: the brain computes each agent's node view, which the agent holds (kpng local)")
 	changes := flag.Int("changes", 50, "EndpointSlice changes to measure")
 	parallel := flag.Int("initial-parallel", 50, "agents receiving their first full state at once (bounds this process's memory)")
 	profile := flag.String("brain-cpuprofile", "", "write a CPU profile of the brain during the changes (the last cluster size's) to this file")
@@ -83,7 +84,15 @@ func main() {
 		}
 		return
 	}
-	cfg := config{endpoints: *endpoints, agents: *agents, full: min(*full, *agents), changes: *changes, parallel: max(*parallel, 1), profile: *profile}
+	cfg := config{endpoints: *endpoints, agents: *agents, full: min(*full, *agents), changes: *changes, parallel: max(*parallel, 1), profile: *profile, api: *api}
+	switch *api {
+	case "globalv1":
+	case "localv1":
+		cfg.full = cfg.agents // every agent holds its node's view
+	default:
+		fmt.Fprintf(os.Stderr, "bench-fanout: --api %q: globalv1 or localv1\n", *api)
+		os.Exit(2)
+	}
 	var results []result
 	for _, s := range strings.Split(*services, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -253,7 +262,7 @@ func procStats(pid int) (cpu time.Duration, rss, peak int64) {
 
 type config struct {
 	services, endpoints, agents, full, changes, parallel int
-	profile                                              string
+	profile, api                                         string
 }
 
 // result is one cluster size's measurements.
@@ -378,6 +387,13 @@ func runBench(c config) (result, error) {
 		initial <- struct{}{}
 		first := sync.OnceFunc(func() { <-initial; synced.Done() })
 		running.Add(1)
+		if c.api == "localv1" {
+			go func() {
+				defer running.Done()
+				nodeAgent(ctx, "unix://"+sock, fmt.Sprintf("node-%d", a), first, reports)
+			}()
+			continue
+		}
 		if a < c.full {
 			go func() {
 				defer running.Done()
@@ -512,6 +528,37 @@ func fullAgent(ctx context.Context, target, node string, first func(), reports c
 	}
 }
 
+// nodeAgent is `kpng local --api ... --node-name node`: its node's view,
+// computed by the brain and received over localv1 (client.Feed), held in
+// the feed's state. It reports a change once the view holds it.
+func nodeAgent(ctx context.Context, target, node string, first func(), reports chan<- seen) {
+	feed, err := client.NewFeed(target, node)
+	if err != nil {
+		return
+	}
+	defer feed.Close()
+	started := false
+	for {
+		st, ch, err := feed.Next(ctx)
+		if err != nil {
+			return // ctx ended
+		}
+		if !started {
+			started = true
+			first()
+			continue
+		}
+		now := time.Now()
+		for _, k := range ch.Set {
+			for _, ep := range st.Services[k].GetEndpoints() {
+				if n := marker(ep.Zone); n > 0 {
+					reports <- seen{change: n, at: now, full: true}
+				}
+			}
+		}
+	}
+}
+
 func quantile(d []time.Duration, q float64) time.Duration {
 	if len(d) == 0 {
 		return 0
@@ -526,8 +573,13 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float
 func mib(b int64) string { return fmt.Sprintf("%d MiB", b>>20) }
 
 func printTable(c config, rs []result) {
-	fmt.Printf("fan-out: %d agents (%d complete with their own brain view, %d light) over a unix socket, %d endpoints per Service, %d single-endpoint changes\n\n",
-		c.agents, c.full, c.agents-c.full, c.endpoints, c.changes)
+	if c.api == "localv1" {
+		fmt.Printf("fan-out over localv1: %d node agents, each holding its node's view computed by the brain, over a unix socket, %d endpoints per Service, %d single-endpoint changes\n\n",
+			c.agents, c.endpoints, c.changes)
+	} else {
+		fmt.Printf("fan-out over globalv1: %d agents (%d complete with their own brain view, %d light) over a unix socket, %d endpoints per Service, %d single-endpoint changes\n\n",
+			c.agents, c.full, c.agents-c.full, c.endpoints, c.changes)
+	}
 	fmt.Println("| Services | change to all agents p50 / p99 / max | one agent p50 / p99 | complete agents' node view p50 / p99 | brain CPU per change | brain bytes sent per change (per agent) | initial full state: time, brain CPU, bytes per agent | brain RSS idle / synced (peak) / after changes |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for _, r := range rs {
