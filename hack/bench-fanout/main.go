@@ -21,6 +21,9 @@
 //     a 10,000-Service cluster (with a brain view each) do not fit one test
 //     machine, and the cost under test is the serving brain's.
 //
+// With --api localv1 the brain computes every agent's node view instead,
+// and each agent holds its view (client.Feed, as `kpng local`).
+//
 // Run it once per cluster size (--services 1000,10000) to show that the
 // bytes of a change do not depend on the cluster's size:
 //
