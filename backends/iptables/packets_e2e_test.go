@@ -3,10 +3,15 @@
 package iptables
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/netip"
+	"regexp"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -283,6 +288,7 @@ func TestPacketsLocalhostNodePorts(t *testing.T) {
 		}
 		nodePort := netip.MustParseAddrPort("127.0.0.1:30090")
 		netlab.Eventually(t, packetsSettle, func() netlab.Result { return n1.Dial(netlab.TCP, nodePort, packetsAnswer) }, netlab.Answered("pod-c"))
+		checkServers(t, n1, ext)
 		before := daemon.fromOutside.Load()
 		sendFrom(t, ext, target, 20)
 		// The node's own datagram, sent after them, reaches the daemon;
@@ -314,4 +320,62 @@ func TestPacketsLocalhostNodePorts(t *testing.T) {
 			}
 		}
 	})
+}
+
+// checkServers checks what kpng serves beside the rules, at kube-proxy's
+// default addresses: /healthz on every address (here from the neighbour),
+// and /metrics and /proxyMode on the node's loopback, with the iptables
+// metrics of a sync that wrote rules.
+func checkServers(t *testing.T, n1 *netlab.Node, ext *netlab.Host) {
+	t.Helper()
+	hz := ext.HTTPGet(fmt.Sprintf("http://%s/healthz", netip.AddrPortFrom(n1.IPv4, 10256)), packetsAnswer)
+	if hz.Outcome != netlab.OK || hz.Status != 200 || !strings.Contains(hz.Body, "lastUpdated") {
+		t.Errorf("GET node-1:10256/healthz from the neighbour: %v; want HTTP 200 with kube-proxy's JSON", hz)
+	}
+	if r := n1.HTTPGet("http://127.0.0.1:10249/proxyMode", packetsAnswer); r.Outcome != netlab.OK || strings.TrimSpace(r.Body) != "iptables" {
+		t.Errorf("GET 127.0.0.1:10249/proxyMode: %v; want iptables", r)
+	}
+	m := getAll(t, &n1.Host, "http://127.0.0.1:10249/metrics")
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^kubeproxy_sync_proxy_rules_iptables_total\{ip_family="IPv4",table="nat"\} [1-9][0-9]*$`),
+		regexp.MustCompile(`(?m)^kubeproxy_sync_proxy_rules_iptables_total\{ip_family="IPv6",table="filter"\} [1-9][0-9]*$`),
+		regexp.MustCompile(`(?m)^kubeproxy_sync_proxy_rules_last_timestamp_seconds\{ip_family="IPv4"\} [1-9]`),
+	} {
+		if !want.MatchString(m) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if t.Failed() {
+		for _, l := range strings.Split(m, "\n") {
+			if strings.HasPrefix(l, "kubeproxy_sync_proxy_rules_") && !strings.Contains(l, "_bucket") {
+				t.Log(l)
+			}
+		}
+	}
+}
+
+// getAll GETs url from inside h's namespace and returns the whole body
+// (netlab's HTTPGet keeps 64 KiB, less than /metrics).
+func getAll(t *testing.T, h *netlab.Host, url string) string {
+	t.Helper()
+	tr := &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var c net.Conn
+		err := h.Do(func() error {
+			var err error
+			c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
+	}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get(url)
+	if err != nil {
+		t.Fatalf("GET %s in %s: %v", url, h.Name, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s in %s: HTTP %d, %v", url, h.Name, resp.StatusCode, err)
+	}
+	return string(b)
 }
