@@ -26,7 +26,7 @@ import (
 // nft itself would send for them, in one batch (one kernel transaction).
 // The cold sync, the resync and anything this file cannot translate still go
 // through `nft`: it is the reference, and this path must produce exactly the
-// state it would (kernel_e2e_test.go compares the two).
+// state it would (netlink_e2e_test.go compares the two).
 
 // untranslatable is an operation the netlink path does not write; its
 // transaction goes through nft instead.
@@ -38,15 +38,12 @@ func cannot(format string, args ...any) error {
 	return &untranslatable{fmt.Sprintf(format, args...)}
 }
 
-// Constants of the nftables netlink API that x/sys/unix lacks, and the type
-// numbers of nft's data types (nft's datatype.h).
+// The type numbers of nft's data types (its datatype.h), as set
+// definitions carry them, and constants x/sys/unix lacks.
 const (
-	nftSetConcat = 0x80 // NFT_SET_CONCAT
-
 	typeInteger     = 4
 	typeIPv4Addr    = 7
 	typeIPv6Addr    = 8
-	typeInetProto   = 12
 	typeInetService = 13
 	typeVerdict     = 0xffffff00 // NFT_DATA_VERDICT
 
@@ -71,9 +68,10 @@ type nlTable struct {
 	table string
 	conn  *netlink.Conn
 	seq   uint32
-	// nonce and anon name anonymous maps: "__map-kpng-NONCE-N". The nonce is
-	// random per process: a new process does not know which names its
-	// predecessor used. (nft's own "__mapN" names never contain a "-".)
+	// Anonymous maps are named "__map-kpng-NONCE-N" (see anonMap), N
+	// counting up from anon. The nonce is random per process: a new process
+	// does not know which names its predecessor used. (The kernel names
+	// nft's "__mapN", without a "-".)
 	nonce string
 	anon  uint64
 	// dial opens the socket, in the network namespace of the calling
