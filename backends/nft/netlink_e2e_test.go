@@ -159,3 +159,25 @@ func TestNetlinkFailureIsAtomic(t *testing.T) {
 		}
 	})
 }
+
+// TestNetlinkLargeBatch: thousands of services added in one sync make one
+// batch of megabytes (beyond the socket's default send buffer), still one
+// transaction, still the state nft writes.
+func TestNetlinkLargeBatch(t *testing.T) {
+	inNetns(t, func(ns string) {
+		f := realFixture(t)
+		f.sync(backend.Changes{})
+		f.set(many(3000)...)
+		if st := f.b.Last[0]; !st.Netlink || st.Operations < 3000 {
+			t.Fatalf("adding 3,000 services: %+v, want one netlink batch", st)
+		}
+		got := listTable(t, ns, "ip")
+		nftIn(t, ns, "delete", "table", "ip", "kpng")
+		ref := realFixtureWith(t, testConfig(), false)
+		ref.state = f.state
+		ref.sync(backend.Changes{})
+		if want := listTable(t, ns, "ip"); got != want {
+			t.Errorf("the table written through netlink differs from nft's:\n%s", diffLines(got, want))
+		}
+	})
+}
