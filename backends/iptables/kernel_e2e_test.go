@@ -167,24 +167,25 @@ func TestKernelAcceptsEveryKind(t *testing.T) {
 // the kernel tables exactly as one full sync of the final state does.
 func TestKernelPartialSyncsEqualFullSync(t *testing.T) {
 	forEachVariant(t, func(t *testing.T, v variant, ipv6 bool) {
+		fam := localv1.IPFamily_IPV4
 		if ipv6 {
-			return // randomService is IPv4; the IPv6 rules are proven by the other tests
+			fam = localv1.IPFamily_IPV6
 		}
 		r := kernelRunner(t, newNetns(t), v, ipv6)
-		p := newProxier(false, testConfig(), r)
+		p := newProxier(ipv6, testConfig(), r)
 		rng := mrand.New(mrand.NewPCG(3, 4))
 		st := newState()
 		mustSync(t, p, st, backend.Changes{Reset: true})
 		partial := 0
 		for range 40 {
 			name := fmt.Sprintf("s%d", rng.IntN(8))
-			key := backend.ServiceKey{Namespace: "ns", Name: name, Family: localv1.IPFamily_IPV4}
+			key := backend.ServiceKey{Namespace: "ns", Name: name, Family: fam}
 			ch := backend.Changes{}
 			if rng.IntN(5) == 0 {
 				delete(st.Services, key)
 				ch.Deleted = []backend.ServiceKey{key}
 			} else {
-				st.Services[key] = randomService(rng, name)
+				st.Services[key] = randomServiceOf(rng, name, ipv6)
 				ch.Set = []backend.ServiceKey{key}
 			}
 			if res := mustSync(t, p, st, ch); !res.full {
@@ -196,7 +197,7 @@ func TestKernelPartialSyncsEqualFullSync(t *testing.T) {
 		}
 		fresh := kernelRunner(t, newNetns(t), v, ipv6)
 
-		mustSync(t, newProxier(false, testConfig(), fresh), st, backend.Changes{Reset: true})
+		mustSync(t, newProxier(ipv6, testConfig(), fresh), st, backend.Changes{Reset: true})
 		if diff := cmp.Diff(ourRules(t, fresh), ourRules(t, r)); diff != "" {
 			t.Fatalf("kernel tables after partial syncs differ from a full sync (-full +partial):\n%s", diff)
 		}

@@ -149,31 +149,46 @@ func assertSameAsFull(t *testing.T, f *fakeTables, st *backend.State) {
 }
 
 // TestPartialSyncsEqualFullSync applies random changes with partial syncs
-// and checks, after each, that the tables are what a full sync writes.
+// and checks, after each, that the tables are what a full sync writes, in
+// each family.
 func TestPartialSyncsEqualFullSync(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	f := newFakeTables()
-	p := newProxier(false, testConfig(), f)
-	st := newState()
-	mustSync(t, p, st, backend.Changes{Reset: true})
-	for step := range 300 {
-		var ch backend.Changes
-		for range 1 + rng.IntN(3) {
-			name := fmt.Sprintf("s%d", rng.IntN(12))
-			key := backend.ServiceKey{Namespace: "ns", Name: name, Family: localv1.IPFamily_IPV4}
-			if rng.IntN(5) == 0 {
-				delete(st.Services, key)
-				ch.Deleted = append(ch.Deleted, key)
-				continue
+	for _, ipv6 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ipv6=%v", ipv6), func(t *testing.T) {
+			fam := localv1.IPFamily_IPV4
+			if ipv6 {
+				fam = localv1.IPFamily_IPV6
 			}
-			st.Services[key] = randomService(rng, name)
-			ch.Set = append(ch.Set, key)
-		}
-		ch = dedupe(ch)
-		mustSync(t, p, st, ch)
-		if step%10 == 0 || step == 299 {
-			assertSameAsFull(t, f, st)
-		}
+			rng := rand.New(rand.NewPCG(1, 2))
+			f := newFakeTables()
+			p := newProxier(ipv6, testConfig(), f)
+			st := newState()
+			mustSync(t, p, st, backend.Changes{Reset: true})
+			for step := range 300 {
+				var ch backend.Changes
+				for range 1 + rng.IntN(3) {
+					name := fmt.Sprintf("s%d", rng.IntN(12))
+					key := backend.ServiceKey{Namespace: "ns", Name: name, Family: fam}
+					if rng.IntN(5) == 0 {
+						delete(st.Services, key)
+						ch.Deleted = append(ch.Deleted, key)
+						continue
+					}
+					st.Services[key] = randomServiceOf(rng, name, ipv6)
+					ch.Set = append(ch.Set, key)
+				}
+				ch = dedupe(ch)
+				if res := mustSync(t, p, st, ch); res.full {
+					t.Fatalf("step %d: a change-only sync was full", step)
+				}
+				if step%10 == 0 || step == 299 {
+					g := newFakeTables()
+					mustSync(t, newProxier(ipv6, testConfig(), g), st, backend.Changes{Reset: true})
+					if diff := cmp.Diff(g.dump(), f.dump()); diff != "" {
+						t.Fatalf("step %d: tables after partial syncs differ from a full sync (-full +partial):\n%s", step, diff)
+					}
+				}
+			}
+		})
 	}
 }
 
@@ -204,9 +219,22 @@ func dedupe(ch backend.Changes) backend.Changes {
 }
 
 func randomService(rng *rand.Rand, name string) *localv1.ServiceEndpoints {
+	return randomServiceOf(rng, name, false)
+}
+
+// randomServiceOf is a random service of either family: its addresses are
+// those of randomService, mapped to IPv6 ranges when ipv6.
+func randomServiceOf(rng *rand.Rand, name string, ipv6 bool) *localv1.ServiceEndpoints {
+	addr := func(v4, v6 string) string {
+		if ipv6 {
+			return v6
+		}
+		return v4
+	}
 	var eps []*localv1.Endpoint
 	for range rng.IntN(4) {
-		e := ep(fmt.Sprintf("10.244.%d.%d", 1+rng.IntN(2), rng.IntN(6)), 8080, rng.IntN(2) == 0)
+		node, host := 1+rng.IntN(2), rng.IntN(6)
+		e := ep(addr(fmt.Sprintf("10.244.%d.%d", node, host), fmt.Sprintf("fd00:10:244:%d::%d", node, host)), 8080, rng.IntN(2) == 0)
 		dup := false
 		for _, o := range eps {
 			dup = dup || o.Ip == e.Ip
@@ -215,7 +243,11 @@ func randomService(rng *rand.Rand, name string) *localv1.ServiceEndpoints {
 			eps = append(eps, e)
 		}
 	}
-	se := named(name, "10.96.3."+strings.TrimPrefix(name, "s"), func(s *localv1.Service) {
+	n := strings.TrimPrefix(name, "s")
+	se := named(name, addr("10.96.3."+n, "fd00:10:96::3:"+n), func(s *localv1.Service) {
+		if ipv6 {
+			s.Family = localv1.IPFamily_IPV6
+		}
 		switch rng.IntN(4) {
 		case 1:
 			s.Type = localv1.ServiceType_NODE_PORT
@@ -223,12 +255,12 @@ func randomService(rng *rand.Rand, name string) *localv1.ServiceEndpoints {
 		case 2:
 			s.Type = localv1.ServiceType_LOAD_BALANCER
 			s.Ports[0].NodePort = 31000 + int32(rng.IntN(100))
-			s.LoadBalancerIps = []string{"203.0.113.7"}
+			s.LoadBalancerIps = []string{addr("203.0.113.7", "2001:db8::7")}
 			if rng.IntN(2) == 0 {
-				s.LoadBalancerSourceRanges = []string{"192.168.77.0/24"}
+				s.LoadBalancerSourceRanges = []string{addr("192.168.77.0/24", "fd00:77::/64")}
 			}
 		case 3:
-			s.ExternalIps = []string{"192.0.2.1"}
+			s.ExternalIps = []string{addr("192.0.2.1", "2001:db8::1")}
 		}
 		if s.Type != localv1.ServiceType_CLUSTER_IP && rng.IntN(2) == 0 {
 			s.ExternalTrafficPolicy = localv1.TrafficPolicy_LOCAL
