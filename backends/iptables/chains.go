@@ -53,7 +53,9 @@ const (
 // iptables' 28-character chain names.
 func hashName(parts ...string) string {
 	h := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
-	return base32.StdEncoding.EncodeToString(h[:])[:16]
+	// Base32 turns each 5 bytes into 8 characters: the first 10 bytes are
+	// the first 16 characters of the whole hash's encoding.
+	return base32.StdEncoding.EncodeToString(h[:10])
 }
 
 // builtinJump is a rule kpng adds to a builtin chain to reach one of its own.

@@ -93,12 +93,12 @@ func (p *proxier) sync(ctx context.Context, state *backend.State, changes backen
 			return res, nil
 		}
 		klog.FromContext(ctx).Info("Partial sync failed, syncing everything", "family", p.name(), "err", err)
-		full, err := p.fullSync(ctx, state)
+		full, err := p.fullSync(ctx, state, changes)
 		full.partialFailed = true
 		full.restoreFailed = full.restoreFailed || res.restoreFailed
 		return full, err
 	}
-	return p.fullSync(ctx, state)
+	return p.fullSync(ctx, state, changes)
 }
 
 // setNode updates what rules depend on in the node and the cluster.
@@ -132,8 +132,23 @@ func (p *proxier) setNode(state *backend.State) {
 	}
 }
 
-func (p *proxier) fullSync(ctx context.Context, state *backend.State) (syncResult, error) {
+func (p *proxier) fullSync(ctx context.Context, state *backend.State, changes backend.Changes) (syncResult, error) {
 	res := syncResult{full: true}
+	// A periodic resync rewrites everything, but a service that did not
+	// change since the last successful sync renders as its record says:
+	// reuse it. Not after a reset or a failure (the record may not match
+	// the state), nor after a node change (the rules depend on the node).
+	var unchanged func(backend.ServiceKey) bool
+	if changes.Resync && !changes.Reset && !changes.NodeChanged && !p.needFull {
+		changed := make(map[backend.ServiceKey]bool, len(changes.Set)+len(changes.Deleted))
+		for _, k := range changes.Set {
+			changed[k] = true
+		}
+		for _, k := range changes.Deleted {
+			changed[k] = true
+		}
+		unchanged = func(k backend.ServiceKey) bool { return !changed[k] }
+	}
 	p.setNode(state)
 	saved, err := p.run.save(ctx)
 	if err != nil {
@@ -148,7 +163,11 @@ func (p *proxier) fullSync(ctx context.Context, state *backend.State) (syncResul
 		if k.Family != p.family {
 			continue
 		}
-		services[k] = p.rend.render(se)
+		if r := p.services[k]; r != nil && unchanged != nil && unchanged(k) {
+			services[k] = r
+		} else {
+			services[k] = p.rend.render(se)
+		}
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, backend.ServiceKey.Compare)

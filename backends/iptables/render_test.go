@@ -1,6 +1,8 @@
 package iptables
 
 import (
+	"crypto/sha256"
+	"encoding/base32"
 	"net/netip"
 	"slices"
 	"strings"
@@ -274,3 +276,27 @@ func TestChainNamesFitIptables(t *testing.T) {
 }
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// TestHashNameIsStable pins chain names: a restart of any kpng version
+// must find its chains under the same names.
+func TestHashNameIsStable(t *testing.T) {
+	for _, tc := range []struct {
+		parts []string
+		want  string
+	}{
+		{[]string{"ns/web:p", "tcp"}, hashNameReference("ns/web:p", "tcp")},
+		{[]string{"ns/web:p", "tcp", "10.244.1.5:8080"}, hashNameReference("ns/web:p", "tcp", "10.244.1.5:8080")},
+		{[]string{"default/kubernetes:https", "tcp"}, "MN5YJVHTCBXDPS55"}, // computed independently (Python hashlib, base64)
+	} {
+		if got := hashName(tc.parts...); got != tc.want || len(got) != 16 {
+			t.Errorf("hashName(%q) = %q, want %q", tc.parts, got, tc.want)
+		}
+	}
+}
+
+// hashNameReference is the definition: the first 16 characters of the
+// base32 encoding of the SHA-256 of the parts joined by NUL.
+func hashNameReference(parts ...string) string {
+	h := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
+	return base32.StdEncoding.EncodeToString(h[:])[:16]
+}

@@ -445,3 +445,44 @@ func TestDetector(t *testing.T) {
 		}
 	}
 }
+
+// TestResyncReusesTheRecord: a periodic resync rewrites every chain, from
+// the record for the services that did not change, and renders again those
+// that did (listed in the same call) and every service after a node change.
+func TestResyncReusesTheRecord(t *testing.T) {
+	f := newFakeTables()
+	p := newProxier(false, testConfig(), f)
+	a := named("a", "10.96.0.1", nil, ep("10.244.1.1", 80, true))
+	b := named("b", "10.96.0.2", nil, ep("10.244.1.2", 80, true))
+	st := newState(a, b)
+	mustSync(t, p, st, backend.Changes{Reset: true})
+	ka, kb := backend.KeyOf(a), backend.KeyOf(b)
+	recA, recB := p.services[ka], p.services[kb]
+
+	b2 := named("b", "10.96.0.2", nil, ep("10.244.1.3", 80, true))
+	st.Services[kb] = b2
+	res := mustSync(t, p, st, backend.Changes{Resync: true, Set: []backend.ServiceKey{kb}})
+	if !res.full {
+		t.Fatal("a resync must be a full sync")
+	}
+	if p.services[ka] != recA {
+		t.Error("the unchanged service was rendered again")
+	}
+	if p.services[kb] == recB {
+		t.Error("the changed service was not rendered again")
+	}
+	assertSameAsFull(t, f, st)
+
+	// A node change (here: its pod CIDR, which NodeCIDR detection uses)
+	// renders everything again.
+	cfg := testConfig()
+	cfg.DetectLocalMode = LocalModeNodeCIDR
+	p = newProxier(false, cfg, f)
+	mustSync(t, p, st, backend.Changes{Reset: true})
+	recA = p.services[ka]
+	st.Node.PodCidrs = []string{"10.244.9.0/24"}
+	mustSync(t, p, st, backend.Changes{Resync: true, NodeChanged: true})
+	if p.services[ka] == recA || !strings.Contains(f.chain("nat", prefixSVC+hashName("ns/a:p", "tcp")), "! -s 10.244.9.0/24") {
+		t.Errorf("after a node change the service was not rendered for the new pod CIDR:\n%s", f.chain("nat", prefixSVC+hashName("ns/a:p", "tcp")))
+	}
+}
