@@ -54,6 +54,8 @@ const (
 	udataRuleComment      = 0 // NFTNL_UDATA_RULE_COMMENT
 	udataSetKeyByteorder  = 0 // NFTNL_UDATA_SET_KEYBYTEORDER
 	udataSetDataByteorder = 1
+	udataSetMergeElements = 2
+	udataSetKeyTypeof     = 3
 	udataSetDataTypeof    = 4
 	udataSetDataInterval  = 6
 	udataElemComment      = 0 // NFTNL_UDATA_SET_ELEM_COMMENT

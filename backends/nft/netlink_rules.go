@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -16,8 +17,7 @@ import (
 // The rules of service and endpoint chains (build.go writes them as text
 // for nft) and the expressions nft compiles them into, as nft 1.0.6 does
 // (`nft --debug=netlink` shows them). Any other rule, such as the fixed
-// ruleset's and the loadBalancerSourceRanges one (an anonymous interval
-// set), is untranslatable: its transaction goes through nft.
+// ruleset's, is untranslatable: its transaction goes through nft.
 var (
 	// meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.0.1.5 . 8080, 1 : ... }
 	reDNATMap = regexp.MustCompile(`^meta l4proto (tcp|udp|sctp) dnat (ip6?) addr \. port to numgen random mod ([0-9]+) map \{ (.+) \}$`)
@@ -39,6 +39,8 @@ var (
 	reIifname = regexp.MustCompile(`^iifname ([A-Za-z0-9_.@-]{1,15})(\*?) goto (\S+)$`)
 	// [fib saddr type local ]goto X
 	reGoto = regexp.MustCompile(`^(fib saddr type local )?goto (\S+)$`)
+	// ip saddr != { 192.168.0.0/24, 203.0.113.7 } drop
+	reSourceRanges = regexp.MustCompile(`^(ip6?) saddr != \{ (.+) \} drop$`)
 )
 
 // rule appends the messages of one "add rule".
@@ -187,7 +189,140 @@ func (b *batch) ruleExprs(text string) ([]expr.Any, error) {
 		}
 		return append(out, &expr.Verdict{Kind: expr.VerdictGoto, Chain: m[2]}), nil
 	}
+	if m := reSourceRanges.FindStringSubmatch(text); m != nil && m[1] == f.ipX {
+		return b.sourceRanges(strings.Split(m[2], ", "))
+	}
 	return nil, cannot("rule %q", text)
+}
+
+// sourceRanges is the loadBalancerSourceRanges rule: drop sources outside
+// the listed prefixes and addresses. As nft does, one element is a plain
+// comparison; more make an anonymous interval set, overlapping and adjacent
+// ranges merged, each range its first address and (marked as an interval
+// end) the address after its last. Ranges that start at the lowest address
+// or end at the highest (nft encodes them differently) are left to nft.
+func (b *batch) sourceRanges(list []string) ([]expr.Any, error) {
+	f := b.fam
+	type span struct{ lo, hi netip.Addr }
+	var spans []span
+	for _, s := range list {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, cannot("source range %q", s)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if !f.has(p.Addr()) || p.Addr().Is4In6() || p.Addr().Zone() != "" || p != p.Masked() {
+			return nil, cannot("source range %q", s)
+		}
+		spans = append(spans, span{p.Addr(), lastAddr(p)})
+	}
+	if len(spans) == 1 {
+		exprs := f.saddrPrefix(netip.PrefixFrom(spans[0].lo, prefixBits(spans[0].lo, spans[0].hi)))
+		exprs[len(exprs)-1].(*expr.Cmp).Op = expr.CmpOpNeq
+		return append(exprs, &expr.Verdict{Kind: expr.VerdictDrop}), nil
+	}
+	slices.SortFunc(spans, func(x, y span) int { return x.lo.Compare(y.lo) })
+	merged := []span{spans[0]}
+	for _, s := range spans[1:] {
+		last := &merged[len(merged)-1]
+		if next := last.hi.Next(); next.IsValid() && s.lo.Compare(next) > 0 {
+			merged = append(merged, s)
+		} else if s.hi.Compare(last.hi) > 0 {
+			last.hi = s.hi
+		}
+	}
+	if merged[0].lo.IsUnspecified() || !merged[len(merged)-1].hi.Next().IsValid() {
+		return nil, cannot("source ranges %v reaching the ends of the address space", list)
+	}
+
+	// The key's "typeof" (ip saddr or ip6 saddr), in nft's encoding.
+	proto, field := uint32(12), uint32(11)
+	if f.model == ipv6.model {
+		proto, field = 13, 8
+	}
+	inner := append(udataU32(nil, 0, proto), udataU32(nil, 1, field)...)
+	typeOf := append(udataU32(nil, 0, 7), append([]byte{1, byte(len(inner))}, inner...)...)
+	udata := udataU32(nil, udataSetKeyByteorder, byteorderBig)
+	udata = udataU32(udata, udataSetMergeElements, 1)
+	udata = append(append(udata, udataSetKeyTypeof, byte(len(typeOf))), typeOf...)
+
+	id := b.newID("")
+	name := b.anonName()
+	b.msg(unix.NFT_MSG_NEWSET, netlink.Create, func(ae *netlink.AttributeEncoder) {
+		ae.String(unix.NFTA_SET_TABLE, b.table)
+		ae.String(unix.NFTA_SET_NAME, name)
+		ae.Uint32(unix.NFTA_SET_FLAGS, unix.NFT_SET_ANONYMOUS|unix.NFT_SET_CONSTANT|unix.NFT_SET_INTERVAL)
+		ae.Uint32(unix.NFTA_SET_KEY_TYPE, f.addrTypeID())
+		ae.Uint32(unix.NFTA_SET_KEY_LEN, uint32(f.addrLen()))
+		ae.Uint32(unix.NFTA_SET_ID, id)
+		ae.Nested(unix.NFTA_SET_DESC, func(ae *netlink.AttributeEncoder) error {
+			ae.Uint32(unix.NFTA_SET_DESC_SIZE, uint32(1+2*len(merged)))
+			return nil
+		})
+		ae.Bytes(unix.NFTA_SET_USERDATA, udata)
+	})
+	b.msg(unix.NFT_MSG_NEWSETELEM, netlink.Create, func(ae *netlink.AttributeEncoder) {
+		ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, b.table)
+		ae.String(unix.NFTA_SET_ELEM_LIST_SET, name)
+		ae.Uint32(unix.NFTA_SET_ELEM_LIST_SET_ID, id)
+		ae.Nested(unix.NFTA_SET_ELEM_LIST_ELEMENTS, func(ae *netlink.AttributeEncoder) error {
+			n := uint16(0)
+			elem := func(a netip.Addr, end bool) {
+				n++
+				ae.Nested(n, func(ae *netlink.AttributeEncoder) error {
+					if end {
+						ae.Uint32(unix.NFTA_SET_ELEM_FLAGS, unix.NFT_SET_ELEM_INTERVAL_END)
+					}
+					encodeElem(ae, a.AsSlice(), nil, nil)
+					return nil
+				})
+			}
+			// Below the first range: an interval end at the lowest address.
+			zero := netip.IPv4Unspecified()
+			if f.model == ipv6.model {
+				zero = netip.IPv6Unspecified()
+			}
+			elem(zero, true)
+			for _, s := range merged {
+				elem(s.lo, false)
+				elem(s.hi.Next(), true)
+			}
+			return nil
+		})
+	})
+	return []expr.Any{
+		f.saddr(f.addrLen()),
+		&expr.Lookup{SourceRegister: reg1, SetName: name, SetID: id, Invert: true},
+		&expr.Verdict{Kind: expr.VerdictDrop},
+	}, nil
+}
+
+// lastAddr is the highest address of a prefix.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Addr().AsSlice()
+	for i := range b {
+		if bits := p.Bits() - 8*i; bits < 8 {
+			if bits < 0 {
+				bits = 0
+			}
+			b[i] |= byte(0xff >> bits)
+		}
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// prefixBits is the length of the prefix spanning exactly lo..hi.
+func prefixBits(lo, hi netip.Addr) int {
+	for bits := lo.BitLen(); bits >= 0; bits-- {
+		if p := netip.PrefixFrom(lo, bits); p.Masked().Addr() == lo && lastAddr(p) == hi {
+			return bits
+		}
+	}
+	return lo.BitLen()
 }
 
 // fibLocal is "fib saddr type local".
@@ -256,6 +391,7 @@ func modElems(mod, list, sep string, re *regexp.Regexp) (uint32, [][]string, err
 
 // anonMap appends an anonymous constant map keyed by numgen (a host-endian
 // u32) and its elements; it returns the map's name and ID in the batch.
+// (Elements are numbered from 1, as libnftnl does; the kernel ignores it.)
 //
 // nft names it "__map%d", and the kernel then picks the lowest free number
 // by parsing the name of every set in the table: at 10,000 services, as
@@ -316,7 +452,7 @@ func (b *batch) dnatMap(elems [][]string) (string, uint32, error) {
 	udata = udataU32(udata, udataSetDataInterval, 0)
 	name, id := b.anonMap(dataType, uint32(f.addrLen()+4), udata, len(targets), func(ae *netlink.AttributeEncoder) {
 		for i, t := range targets {
-			ae.Nested(unix.NFTA_LIST_ELEM, func(ae *netlink.AttributeEncoder) error {
+			ae.Nested(uint16(i+1), func(ae *netlink.AttributeEncoder) error {
 				encodeElem(ae, binary.NativeEndian.AppendUint32(nil, uint32(i)), nil, t.data)
 				return nil
 			})
@@ -336,7 +472,7 @@ func (b *batch) vmap(elems [][]string) (string, uint32) {
 	udata = udataU32(udata, udataSetDataInterval, 0)
 	return b.anonMap(typeVerdict, 0, udata, len(elems), func(ae *netlink.AttributeEncoder) {
 		for i, m := range elems {
-			ae.Nested(unix.NFTA_LIST_ELEM, func(ae *netlink.AttributeEncoder) error {
+			ae.Nested(uint16(i+1), func(ae *netlink.AttributeEncoder) error {
 				encodeElem(ae, binary.NativeEndian.AppendUint32(nil, uint32(i)), &expr.Verdict{Kind: expr.VerdictGoto, Chain: m[2]}, nil)
 				return nil
 			})

@@ -85,10 +85,38 @@ func netlinkSteps() []netlinkStep {
 			se.Endpoints[1].Ip = "10.0.2.66"
 			f.set(se)
 		}},
-		{name: "loadBalancerSourceRanges change: nft writes the anonymous interval set", fallback: "saddr != {", do: func(f *fixture) {
+		{name: "loadBalancerSourceRanges change to one range (a comparison)", do: func(f *fixture) {
 			se := clone(lb4)
 			se.Service.LoadBalancerSourceRanges = []string{"203.0.113.0/25"}
 			f.set(se)
+		}},
+		{name: "loadBalancerSourceRanges up to the last address: nft writes them", fallback: "ends of the address space", do: func(f *fixture) {
+			se := clone(lb4)
+			se.Service.LoadBalancerSourceRanges = []string{"10.0.0.0/8", "255.255.255.0/24"}
+			f.set(se)
+		}},
+		{name: "loadBalancerSourceRanges change to overlapping, adjacent and unaligned ranges (an interval set)", do: func(f *fixture) {
+			se := clone(lb4)
+			se.Service.LoadBalancerSourceRanges = []string{"10.8.0.0/24", "10.8.1.0/24", "10.9.0.0/16", "10.9.4.0/22", "172.20.0.0/14", "192.168.0.0/23"}
+			f.set(se)
+		}},
+		{name: "IPv6 loadBalancerSourceRanges of several ranges", do: func(f *fixture) {
+			se := clone(rich[7])
+			se.Service.LoadBalancerSourceRanges = []string{"2001:db8::/64", "2001:db8:0:1::/64", "2001:db8:1::/60", "fd00::/8"}
+			f.set(se)
+		}},
+		{name: "LoadBalancers with one source range each are added, in both families", do: func(f *fixture) {
+			lb := func(clusterIP, lbIP, sourceRange, epIP string) *localv1.ServiceEndpoints {
+				return service("ns", "lb1", clusterIP, port("p", tcp, 8443, 30444, true),
+					withSvc(func(s *localv1.Service) {
+						s.Type = localv1.ServiceType_LOAD_BALANCER
+						s.LoadBalancerIps = []string{lbIP}
+						s.LoadBalancerSourceRanges = []string{sourceRange}
+					}),
+					ep("p", tcp, epIP, 8443, "cluster"))
+			}
+			f.set(lb("10.96.0.30", "203.0.113.30", "198.51.100.0/22", "10.0.2.30"),
+				lb("fd00:96::30", "2001:db8:30::1", "2001:db8:3000::/36", "fd01:2::30"))
 		}},
 		{name: "a service is deleted", do: func(f *fixture) {
 			f.del(backend.KeyOf(rich[5]))

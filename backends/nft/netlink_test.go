@@ -59,7 +59,8 @@ func netlinkFixture(t *testing.T, cfg Config) (*fixture, *fakeKernel) {
 
 // TestNetlinkPath: the incremental syncs of every kind go through netlink
 // in one batch each (begin, messages, end; only the last message asks for
-// an ack), and only the loadBalancerSourceRanges rule falls back to nft.
+// an ack); only source ranges reaching the end of the address space fall
+// back to nft.
 func TestNetlinkPath(t *testing.T) {
 	f, k := netlinkFixture(t, testConfig())
 	f.set(richServices()...)
@@ -120,8 +121,7 @@ func TestNetlinkFailureResets(t *testing.T) {
 }
 
 // TestNetlinkRuleShapes lists which rules the netlink path writes: every
-// rule of service and endpoint chains, except the loadBalancerSourceRanges
-// one (an anonymous interval set); none of the fixed ruleset's (written
+// rule of service and endpoint chains; none of the fixed ruleset's (written
 // only at full syncs, or when the node or flags change).
 func TestNetlinkRuleShapes(t *testing.T) {
 	for _, mode := range []struct {
@@ -148,7 +148,7 @@ func TestNetlinkRuleShapes(t *testing.T) {
 				for _, r := range c.Rules {
 					b := &batch{fam: fam, table: "kpng", newIDs: map[string]uint32{}, anonName: func() string { return "__map-test" }}
 					_, err := b.ruleExprs(r.Rule)
-					want := isServiceChain(name) && !strings.HasPrefix(name, firewallChainPrefix)
+					want := isServiceChain(name)
 					if (err == nil) != want {
 						t.Errorf("%s: %s: chain %s: rule %q: translated %v, want %v (%v)", mode.name, fam, name, r.Rule, err == nil, want, err)
 					}
@@ -283,6 +283,22 @@ func TestNetlinkSetMessages(t *testing.T) {
 			unix.NFTA_SET_USERDATA: append(append(append(append([]byte{0, 4}, le(nil, 1)...), append([]byte{1, 4}, le(nil, 0)...)...),
 				append([]byte{4, 8, 0, 4}, append(le(nil, 1), 1, 0)...)...), append([]byte{6, 4}, le(nil, 0)...)...),
 		}},
+		{"source ranges, IPv4", ipv4, func(b *batch) error {
+			_, err := b.ruleExprs("ip saddr != { 192.168.0.0/24, 203.0.113.0/24, 203.0.113.7 } drop")
+			return err
+		}, map[uint16][]byte{
+			unix.NFTA_SET_FLAGS: be32(7), unix.NFTA_SET_KEY_TYPE: be32(7), unix.NFTA_SET_KEY_LEN: be32(4),
+			unix.NFTA_SET_DESC:     {8, 0, 1, 0, 0, 0, 0, 5},
+			unix.NFTA_SET_USERDATA: {0, 4, 2, 0, 0, 0, 2, 4, 1, 0, 0, 0, 3, 0x14, 0, 4, 7, 0, 0, 0, 1, 0x0c, 0, 4, 0x0c, 0, 0, 0, 1, 4, 0x0b, 0, 0, 0},
+		}},
+		{"source ranges, IPv6", ipv6, func(b *batch) error {
+			_, err := b.ruleExprs("ip6 saddr != { 2001:db8::/64, 2001:db8:0:2::/64 } drop")
+			return err
+		}, map[uint16][]byte{
+			unix.NFTA_SET_FLAGS: be32(7), unix.NFTA_SET_KEY_TYPE: be32(8), unix.NFTA_SET_KEY_LEN: be32(16),
+			unix.NFTA_SET_DESC:     {8, 0, 1, 0, 0, 0, 0, 5},
+			unix.NFTA_SET_USERDATA: {0, 4, 2, 0, 0, 0, 2, 4, 1, 0, 0, 0, 3, 0x14, 0, 4, 7, 0, 0, 0, 1, 0x0c, 0, 4, 0x0d, 0, 0, 0, 1, 4, 0x08, 0, 0, 0},
+		}},
 		{"affinity set", ipv4, func(b *batch) error {
 			return b.op(op{opAdd, &knftables.Set{Name: "aff", Type: "ipv4_addr",
 				Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}, Timeout: knftables.PtrTo(3 * time.Hour)}})
@@ -326,6 +342,33 @@ func TestNetlinkElementMessage(t *testing.T) {
 	got := attrs(t, b.msgs[0].Data[4:])
 	if el := got[unix.NFTA_SET_ELEM_LIST_ELEMENTS]; !bytes.Equal(el, want[4:]) {
 		t.Errorf("elements:\n got %x\nwant %x", el, want[4:])
+	}
+}
+
+// TestNetlinkSourceRangeElements: the interval set's elements, as nft 1.0.6
+// sends them: an end at 0.0.0.0, then each merged range's first address and
+// the address after it (an end).
+func TestNetlinkSourceRangeElements(t *testing.T) {
+	b := &batch{fam: ipv4, table: "t", newIDs: map[string]uint32{}, anonName: func() string { return "__map-test" }}
+	if _, err := b.ruleExprs("ip saddr != { 192.168.0.0/24, 203.0.113.0/24, 203.0.113.7 } drop"); err != nil {
+		t.Fatal(err)
+	}
+	got := attrs(t, b.msgs[1].Data[4:])[unix.NFTA_SET_ELEM_LIST_ELEMENTS]
+	end := []byte{8, 0, 3, 0, 0, 0, 0, 1}
+	key := func(a ...byte) []byte { return append([]byte{12, 0, 1, 0x80, 8, 0, 1, 0}, a...) }
+	elem := func(i byte, parts ...[]byte) []byte {
+		body := bytes.Join(parts, nil)
+		return append([]byte{byte(4 + len(body)), 0, i, 0x80}, body...)
+	}
+	want := bytes.Join([][]byte{
+		elem(1, end, key(0, 0, 0, 0)),
+		elem(2, key(192, 168, 0, 0)),
+		elem(3, end, key(192, 168, 1, 0)),
+		elem(4, key(203, 0, 113, 0)),
+		elem(5, end, key(203, 0, 114, 0)),
+	}, nil)
+	if !bytes.Equal(got, want) {
+		t.Errorf("elements:\n got %x\nwant %x", got, want)
 	}
 }
 
