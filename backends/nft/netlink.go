@@ -87,7 +87,8 @@ func newNLTable(fam family, table string) *nlTable {
 	}}
 }
 
-// anonName is a new anonymous map's name.
+// anonName is a new anonymous map's name; an anonymous set's is the same
+// with "__set" for "__map".
 func (w *nlTable) anonName() string {
 	w.anon++
 	return "__map-kpng-" + w.nonce + "-" + strconv.FormatUint(w.anon, 10)

@@ -250,7 +250,7 @@ func (b *batch) sourceRanges(list []string) ([]expr.Any, error) {
 	udata = append(append(udata, udataSetKeyTypeof, byte(len(typeOf))), typeOf...)
 
 	id := b.newID("")
-	name := b.anonName()
+	name := "__set" + strings.TrimPrefix(b.anonName(), "__map")
 	b.msg(unix.NFT_MSG_NEWSET, netlink.Create, func(ae *netlink.AttributeEncoder) {
 		ae.String(unix.NFTA_SET_TABLE, b.table)
 		ae.String(unix.NFTA_SET_NAME, name)
