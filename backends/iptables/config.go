@@ -31,9 +31,13 @@ type Config struct {
 	LocalhostNodePorts     bool
 	MinSyncPeriod          time.Duration
 	SyncPeriod             time.Duration
-	HealthzBindAddress     string
-	MetricsBindAddress     string
-	DryRun                 bool
+	// FullSyncPeriod is how often a periodic sync rewrites every chain
+	// (kube-proxy: hourly); the periodic syncs in between only check the
+	// canary. Zero: every periodic sync is a full one.
+	FullSyncPeriod     time.Duration
+	HealthzBindAddress string
+	MetricsBindAddress string
+	DryRun             bool
 	// Mode is the iptables variant: auto, nft or legacy.
 	Mode string
 	// LockWait bounds the wait for the xtables lock.
@@ -50,6 +54,7 @@ func DefaultConfig() Config {
 		LocalhostNodePorts: true,
 		MinSyncPeriod:      time.Second,
 		SyncPeriod:         30 * time.Second,
+		FullSyncPeriod:     time.Hour,
 		HealthzBindAddress: "0.0.0.0:10256",
 		MetricsBindAddress: "127.0.0.1:10249",
 		Mode:               "auto",
@@ -73,7 +78,8 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.LocalhostNodePorts, "localhost-nodeports", c.LocalhostNodePorts, "accept IPv4 node ports on 127.0.0.0/8 (sets route_localnet=1, with kube-proxy's CVE-2020-8558 protection)")
 	fs.BoolVar(&c.LocalhostNodePorts, "iptables-localhost-nodeports", c.LocalhostNodePorts, "kube-proxy's name of --localhost-nodeports")
 	fs.DurationVar(&c.MinSyncPeriod, "min-sync-period", c.MinSyncPeriod, "the least time between two syncs")
-	fs.DurationVar(&c.SyncPeriod, "sync-period", c.SyncPeriod, "the longest time between two syncs; each periodic sync rewrites everything")
+	fs.DurationVar(&c.SyncPeriod, "sync-period", c.SyncPeriod, "the longest time between two syncs; a periodic sync checks the canary chains (a flushed table is rebuilt at once)")
+	fs.DurationVar(&c.FullSyncPeriod, "full-sync-period", c.FullSyncPeriod, "how often a periodic sync rewrites every chain, repairing rules changed behind kpng's back (0: every periodic sync)")
 	fs.StringVar(&c.HealthzBindAddress, "healthz-bind-address", c.HealthzBindAddress, "address of the /healthz and /livez server; empty disables it")
 	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "address of the /metrics server; empty disables it")
 	fs.BoolVar(&c.DryRun, "dry-run", c.DryRun, "print the iptables-restore input of each sync instead of running it")
@@ -96,7 +102,7 @@ func (c *Config) validate() error {
 	if c.MasqueradeBit < 0 || c.MasqueradeBit > 31 {
 		return fmt.Errorf("--masquerade-bit %d: must be within 0-31", c.MasqueradeBit)
 	}
-	if c.MinSyncPeriod < 0 || c.SyncPeriod < 0 {
+	if c.MinSyncPeriod < 0 || c.SyncPeriod < 0 || c.FullSyncPeriod < 0 {
 		return fmt.Errorf("sync periods must not be negative")
 	}
 	if c.LockWait < time.Second {

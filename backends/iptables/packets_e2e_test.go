@@ -379,3 +379,49 @@ func getAll(t *testing.T, h *netlab.Host, url string) string {
 	}
 	return string(b)
 }
+
+// TestPacketsNodePortAddressesFollowInterfaces: with --nodeport-addresses
+// CIDRs, an address added to the node inside them accepts node ports
+// within a periodic sync (not only at the hourly full sync).
+func TestPacketsNodePortAddressesFollowInterfaces(t *testing.T) {
+	lab := netlab.New(t, netlab.DefaultSpec())
+	state := netlab.NewState(t, lab)
+	n1, ext := lab.Node("node-1"), lab.External
+	np := state.AddService("np", netlab.TCPPort("tcp", 80, 8080))
+	np.Spec.Type = corev1.ServiceTypeNodePort
+	np.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+	np.Spec.Ports[0].NodePort = 30091
+	state.SetEndpoints(np, netlab.Ready(lab.Pod("pod-c"))...)
+	state.Write(t)
+	const period = 2 * time.Second
+	stop := startKpng(t, n1, state, netlab.ProxyConfig{
+		NodePortAddresses: []string{"192.168.77.0/24", "fd00:77::/64"},
+		SyncPeriod:        period,
+	})
+	defer stop()
+
+	for _, added := range []netip.Addr{netip.MustParseAddr("192.168.77.50"), netip.MustParseAddr("fd00:77::50")} {
+		bits := 24
+		if added.Is6() {
+			bits = 64
+		}
+		dst := netip.AddrPortFrom(added, 30091)
+		dial := func() netlab.Result { return ext.Dial(netlab.TCP, dst, packetsAnswer) }
+		netlab.Eventually(t, packetsSettle, func() netlab.Result {
+			return ext.Dial(netlab.TCP, netip.AddrPortFrom(n1.Addr(map[bool]int{false: 4, true: 6}[added.Is6()]), 30091), packetsAnswer)
+		}, netlab.Answered("pod-c"))
+		// The address exists nowhere yet: nothing answers.
+		if r := ext.Dial(netlab.TCP, dst, packetsDrop); r.Outcome == netlab.OK {
+			t.Fatalf("%s answered before it was added: %v", dst, r)
+		}
+		prefix := netip.PrefixFrom(added, bits).String()
+		if out, err := n1.Run("ip", "addr", "add", prefix, "dev", netlab.NodeInterface, "nodad"); err != nil {
+			t.Fatalf("add %s: %v\n%s", prefix, err, out)
+		}
+		// Within a few periodic syncs, the new address accepts the node port.
+		netlab.Eventually(t, 3*period+packetsSettle, dial, netlab.Answered("pod-c"))
+		if out, err := n1.Run("ip", "addr", "del", prefix, "dev", netlab.NodeInterface); err != nil {
+			t.Fatalf("del %s: %v\n%s", prefix, err, out)
+		}
+	}
+}

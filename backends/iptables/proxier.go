@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -42,6 +43,9 @@ type proxier struct {
 	needFull bool
 	// totals sums the counts of the services in the record.
 	totals rendered
+	// lastFull is when the last full sync succeeded; now is the clock.
+	lastFull time.Time
+	now      func() time.Time
 
 	buf bytes.Buffer
 }
@@ -63,7 +67,7 @@ type syncResult struct {
 
 func newProxier(ipv6 bool, cfg *Config, run runner) *proxier {
 	p := &proxier{ipv6: ipv6, family: localv1.IPFamily_IPV4, cfg: cfg, run: run,
-		services: map[backend.ServiceKey]*rendered{}, needFull: true}
+		services: map[backend.ServiceKey]*rendered{}, needFull: true, now: time.Now}
 	if ipv6 {
 		p.family = localv1.IPFamily_IPV6
 	}
@@ -84,11 +88,17 @@ func (p *proxier) name() string {
 
 // sync brings the family's tables to state. A change-only sync writes the
 // changed services' chains, and the shared chains only if a fragment of
-// theirs changed; anything else (first sync, failure, periodic resync, node
-// change) rewrites everything and removes stale chains.
+// theirs changed; a periodic sync also checks the canary chains. Anything
+// else (first sync, failure, node change, a canary gone, and a periodic
+// sync once per FullSyncPeriod) rewrites everything and removes stale
+// chains.
 func (p *proxier) sync(ctx context.Context, state *backend.State, changes backend.Changes) (syncResult, error) {
-	if !(changes.Reset || changes.Resync || changes.NodeChanged || p.needFull) {
-		res, err := p.partialSync(ctx, state, changes)
+	full := changes.Reset || changes.NodeChanged || p.needFull
+	if changes.Resync && !full {
+		full = p.cfg.FullSyncPeriod == 0 || p.now().Sub(p.lastFull) >= p.cfg.FullSyncPeriod
+	}
+	if !full {
+		res, err := p.partialSync(ctx, state, changes, changes.Resync)
 		if err == nil {
 			return res, nil
 		}
@@ -244,6 +254,7 @@ func (p *proxier) fullSync(ctx context.Context, state *backend.State, changes ba
 		return res, fmt.Errorf("%s full sync: %w", p.name(), err)
 	}
 	p.services, p.keys, p.needFull = services, keys, false
+	p.lastFull = p.now()
 	p.totals = rendered{}
 	for _, r := range services {
 		p.total(r, 1)
@@ -347,8 +358,9 @@ func (p *proxier) writeShared(b *bytes.Buffer, i shared, keys []backend.ServiceK
 	}
 }
 
-// partialSync writes only what the changed services changed.
-func (p *proxier) partialSync(ctx context.Context, state *backend.State, changes backend.Changes) (syncResult, error) {
+// partialSync writes only what the changed services changed. With canary,
+// it runs a restore even when nothing changed, to check the canary chains.
+func (p *proxier) partialSync(ctx context.Context, state *backend.State, changes backend.Changes, canary bool) (syncResult, error) {
 	var res syncResult
 	type change struct {
 		key      backend.ServiceKey
@@ -368,6 +380,14 @@ func (p *proxier) partialSync(ctx context.Context, state *backend.State, changes
 		}
 	}
 	var dirty [numShared]bool
+	if canary && !p.nodePorts.matchAll && !p.nodePorts.primary {
+		// A periodic sync follows the interface addresses that accept
+		// node ports, as kube-proxy reads them at each sync.
+		if ips, err := p.nodePorts.addresses(p.ipv6, netip.Addr{}); err == nil && !slices.Equal(ips, p.nodePortIPs) {
+			p.nodePortIPs = ips
+			dirty[natServices] = true
+		}
+	}
 	var writeChains []ownChain
 	var deleteChains []string
 	for _, c := range chs {
@@ -398,7 +418,7 @@ func (p *proxier) partialSync(ctx context.Context, state *backend.State, changes
 		}
 	}
 	anyDirty := slices.Contains(dirty[:], true)
-	if !anyDirty && len(writeChains) == 0 && len(deleteChains) == 0 {
+	if !anyDirty && len(writeChains) == 0 && len(deleteChains) == 0 && !canary {
 		return res, nil // e.g. an endpoint that no traffic from here uses
 	}
 	slices.Sort(deleteChains)

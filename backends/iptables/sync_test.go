@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -14,9 +15,13 @@ import (
 	"github.com/kpng/kpng/backend"
 )
 
+// testConfig is the default configuration with cluster CIDRs, and every
+// periodic sync a full one (TestPeriodicSyncChecksTheCanary tests the
+// default).
 func testConfig() *Config {
 	c := DefaultConfig()
 	c.ClusterCIDRs = []string{"10.244.0.0/16", "fd00:10:244::/48"}
+	c.FullSyncPeriod = 0
 	return &c
 }
 
@@ -484,5 +489,54 @@ func TestResyncReusesTheRecord(t *testing.T) {
 	mustSync(t, p, st, backend.Changes{Resync: true, NodeChanged: true})
 	if p.services[ka] == recA || !strings.Contains(f.chain("nat", prefixSVC+hashName("ns/a:p", "tcp")), "! -s 10.244.9.0/24") {
 		t.Errorf("after a node change the service was not rendered for the new pod CIDR:\n%s", f.chain("nat", prefixSVC+hashName("ns/a:p", "tcp")))
+	}
+}
+
+// TestPeriodicSyncChecksTheCanary: with kube-proxy's hourly full sync, a
+// periodic sync only flushes the (empty) canary chains, which fails, and
+// turns into a full sync, when a table was flushed; after an hour it is a
+// full sync.
+func TestPeriodicSyncChecksTheCanary(t *testing.T) {
+	cfg := testConfig()
+	cfg.FullSyncPeriod = time.Hour
+	f := newFakeTables()
+	p := newProxier(false, cfg, f)
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	p.now = func() time.Time { return clock }
+	st := newState(named("web", "10.96.0.10", nil, ep("10.244.1.5", 8080, true)))
+	mustSync(t, p, st, backend.Changes{Reset: true})
+	tables := f.dump()
+
+	clock = clock.Add(30 * time.Second)
+	res := mustSync(t, p, st, backend.Changes{Resync: true})
+	want := "*filter\n-F " + chainCanary + "\nCOMMIT\n*nat\n-F " + chainCanary + "\nCOMMIT\n"
+	if res.full || f.restores[len(f.restores)-1] != want {
+		t.Fatalf("a periodic sync within the hour: full=%v, input:\n%s\nwant only the canary:\n%s", res.full, f.restores[len(f.restores)-1], want)
+	}
+	if f.dump() != tables {
+		t.Fatal("the canary check changed the tables")
+	}
+
+	// Someone runs iptables -t nat -F; iptables -t nat -X.
+	for c := range f.tables["nat"] {
+		if isBuiltin("nat", c) {
+			f.tables["nat"][c] = nil
+		} else {
+			delete(f.tables["nat"], c)
+		}
+	}
+	clock = clock.Add(30 * time.Second)
+	if res := mustSync(t, p, st, backend.Changes{Resync: true}); !res.full || !res.partialFailed {
+		t.Fatalf("a flushed table must fail the canary check and be rebuilt: %+v", res)
+	}
+	assertSameAsFull(t, f, st)
+
+	clock = clock.Add(59 * time.Minute)
+	if res := mustSync(t, p, st, backend.Changes{Resync: true}); res.full {
+		t.Fatal("the full sync 59 minutes ago (the repair) counts: no full sync yet")
+	}
+	clock = clock.Add(time.Minute)
+	if res := mustSync(t, p, st, backend.Changes{Resync: true}); !res.full {
+		t.Fatal("an hour after the last full sync, a periodic sync must be full")
 	}
 }
