@@ -40,18 +40,32 @@ func inNetns(t *testing.T, fn func(ns string)) {
 			return
 		}
 		defer orig.Close()
-		ns, err := netns.NewNamed(name)
-		if err != nil {
-			failure = fmt.Errorf("creating netns %s: %w", name, err)
+		// "ip netns add", not netns.NewNamed: on a fresh machine the first
+		// "ip netns" command makes /run/netns a shared mount point of its
+		// own, and a namespace bind-mounted before that (by NewNamed,
+		// racing with another test package) can no longer be removed.
+		if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+			failure = fmt.Errorf("creating netns %s: %v: %s", name, err, strings.TrimSpace(string(out)))
 			return
 		}
 		defer func() {
-			ns.Close()
+			if out, err := exec.Command("ip", "netns", "delete", name).CombinedOutput(); err != nil {
+				t.Errorf("deleting netns %s: %v: %s", name, err, strings.TrimSpace(string(out)))
+			}
+		}()
+		ns, err := netns.GetFromName(name)
+		if err != nil {
+			failure = fmt.Errorf("opening netns %s: %w", name, err)
+			return
+		}
+		defer ns.Close()
+		if err := netns.Set(ns); err != nil {
+			failure = fmt.Errorf("entering netns %s: %w", name, err)
+			return
+		}
+		defer func() {
 			if err := netns.Set(orig); err == nil {
 				runtime.UnlockOSThread()
-			}
-			if err := netns.DeleteNamed(name); err != nil {
-				t.Errorf("deleting netns %s: %v", name, err)
 			}
 		}()
 		defer func() {
