@@ -6,8 +6,9 @@
 // one iptables-restore --noflush per family. The backend keeps a record of
 // what it wrote for each service, so a sync after a change rewrites only the
 // chains that change (the shared dispatch chains only when a service's rules
-// in them change); the first sync, every periodic resync and any failure
-// rewrite everything and remove stale chains. See README.md.
+// in them change); periodic syncs check a canary chain. The first sync, a
+// periodic sync once per --full-sync-period, a missing canary and any
+// failure rewrite everything and remove stale chains. See README.md.
 package iptables
 
 import (
