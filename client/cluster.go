@@ -67,5 +67,6 @@ func WatchCluster(ctx context.Context, conn *grpc.ClientConn, apply func(Cluster
 		if err := apply(ClusterBatch{Reset: b.reset, Ops: b.ops, InstanceID: b.instance, Revision: b.revision}); err != nil {
 			return err
 		}
+		s.applied(b.instance, b.revision)
 	}
 }

@@ -44,11 +44,14 @@ type Feed struct {
 	node  string
 	o     options
 	state *backend.State
+	// instance is the server instance of the state's revision: with it,
+	// the position a next batch must follow.
+	instance uint64
 
 	ctx     context.Context
 	cancel  context.CancelFunc
 	start   sync.Once
-	want    chan struct{}
+	want    chan position // asks for the batch after this position
 	batches chan batch[*localv1.Op]
 	done    chan struct{}
 	err     error // set before done is closed
@@ -70,7 +73,7 @@ func NewFeed(target, nodeName string, opts ...Option) (*Feed, error) {
 	return &Feed{
 		conn: conn, node: nodeName, o: o, state: backend.NewState(nodeName),
 		ctx: ctx, cancel: cancel,
-		want: make(chan struct{}), batches: make(chan batch[*localv1.Op]), done: make(chan struct{}),
+		want: make(chan position), batches: make(chan batch[*localv1.Op]), done: make(chan struct{}),
 	}, nil
 }
 
@@ -87,7 +90,7 @@ func (f *Feed) Next(ctx context.Context) (*backend.State, backend.Changes, error
 	for {
 		if !f.asked {
 			select {
-			case f.want <- struct{}{}:
+			case f.want <- position{f.instance, f.state.Revision}:
 				f.asked = true
 			case <-ctx.Done():
 				return nil, backend.Changes{}, ctx.Err()
@@ -153,7 +156,9 @@ func (f *Feed) receive(ctx context.Context) {
 	defer s.close()
 	for {
 		select {
-		case <-f.want:
+		case p := <-f.want:
+			// The last batch handed over may not have been applied.
+			s.applied(p.instance, p.revision)
 		case <-ctx.Done():
 			f.err = errors.New("feed closed")
 			return
@@ -197,23 +202,30 @@ func keyOf(k *localv1.ServiceKey) backend.ServiceKey {
 	return backend.ServiceKey{Namespace: k.GetNamespace(), Name: k.GetName(), Family: k.GetFamily()}
 }
 
-// apply applies a batch to the state and returns what changed.
+// apply applies a batch to the state and returns what changed. It is all
+// or nothing: the batch is first checked and turned into new entries on the
+// side (a copy of each entry it touches, never of the whole state), and the
+// state changes only once the whole batch is known to be valid.
 func (f *Feed) apply(b batch[*localv1.Op]) (backend.Changes, error) {
 	var ch backend.Changes
 	st := f.state
+	base := st.Services // what the batch changes; a reset starts from nothing
 	if b.reset {
-		ch.Reset, ch.NodeChanged = true, true
-		clear(st.Services)
-		st.Node, st.ServiceCIDRs = nil, nil
+		base = nil
 	}
-	touched := map[backend.ServiceKey]*entry{}
-	deleted := map[backend.ServiceKey]bool{}
+	var (
+		node    *localv1.Node
+		cidrs   []string
+		nodeSet bool
+		touched = map[backend.ServiceKey]*entry{}
+		deleted = map[backend.ServiceKey]bool{}
+	)
 	get := func(k backend.ServiceKey) *entry {
 		if e := touched[k]; e != nil {
 			return e
 		}
 		e := &entry{se: &localv1.ServiceEndpoints{}}
-		if old := st.Services[k]; old != nil {
+		if old := base[k]; old != nil {
 			e.se.Service, e.se.Endpoints, e.se.TriggerTimeUnixNano = old.Service, old.Endpoints, old.TriggerTimeUnixNano
 		}
 		touched[k] = e
@@ -233,38 +245,53 @@ func (f *Feed) apply(b batch[*localv1.Op]) (backend.Changes, error) {
 		switch o := op.Op.(type) {
 		case *localv1.Op_SetService:
 			svc := o.SetService
+			if svc == nil {
+				return backend.Changes{}, errors.New("protocol error: set_service without a service")
+			}
 			get(backend.ServiceKey{Namespace: svc.Namespace, Name: svc.Name, Family: svc.Family}).se.Service = svc
 		case *localv1.Op_DeleteService:
 			k := keyOf(o.DeleteService)
 			delete(touched, k)
-			if _, ok := st.Services[k]; ok {
+			if _, ok := base[k]; ok {
 				deleted[k] = true
 			}
 		case *localv1.Op_SetEndpoint:
 			ep := o.SetEndpoint.GetEndpoint()
 			if ep == nil {
-				return ch, errors.New("protocol error: set_endpoint without an endpoint")
+				return backend.Changes{}, errors.New("protocol error: set_endpoint without an endpoint")
 			}
-			endpoints(get(keyOf(o.SetEndpoint.Key)))[keyOfEndpoint(ep)] = ep
+			endpoints(get(keyOf(o.SetEndpoint.GetKey())))[keyOfEndpoint(ep)] = ep
 		case *localv1.Op_DeleteEndpoint:
 			ep := o.DeleteEndpoint.GetEndpoint()
 			if ep == nil {
-				return ch, errors.New("protocol error: delete_endpoint without an endpoint")
+				return backend.Changes{}, errors.New("protocol error: delete_endpoint without an endpoint")
 			}
-			delete(endpoints(get(keyOf(o.DeleteEndpoint.Key))), keyOfEndpoint(ep))
+			delete(endpoints(get(keyOf(o.DeleteEndpoint.GetKey()))), keyOfEndpoint(ep))
 		case *localv1.Op_SetTriggerTime:
-			get(keyOf(o.SetTriggerTime.Key)).se.TriggerTimeUnixNano = o.SetTriggerTime.UnixNano
+			get(keyOf(o.SetTriggerTime.GetKey())).se.TriggerTimeUnixNano = o.SetTriggerTime.GetUnixNano()
 		case *localv1.Op_SetNode:
-			st.Node, st.ServiceCIDRs = o.SetNode.GetNode(), o.SetNode.GetServiceCidrs()
-			ch.NodeChanged = true
+			node, cidrs, nodeSet = o.SetNode.GetNode(), o.SetNode.GetServiceCidrs(), true
 		default:
-			return ch, fmt.Errorf("protocol error: unexpected operation %T", op.Op)
+			return backend.Changes{}, fmt.Errorf("protocol error: unexpected operation %T", op.Op)
 		}
 	}
 	for k, e := range touched {
 		if e.se.Service == nil {
-			return ch, fmt.Errorf("protocol error: endpoints of %s, a service never set", k)
+			return backend.Changes{}, fmt.Errorf("protocol error: endpoints of %s, a service never set", k)
 		}
+	}
+
+	// The batch is valid: commit it.
+	if b.reset {
+		ch.Reset, ch.NodeChanged = true, true
+		clear(st.Services)
+		st.Node, st.ServiceCIDRs = nil, nil
+	}
+	if nodeSet {
+		st.Node, st.ServiceCIDRs = node, cidrs
+		ch.NodeChanged = true
+	}
+	for k, e := range touched {
 		if e.eps != nil {
 			e.se.Endpoints = slices.SortedFunc(maps.Values(e.eps), compareEndpoints)
 		}
@@ -281,6 +308,7 @@ func (f *Feed) apply(b batch[*localv1.Op]) (backend.Changes, error) {
 	slices.SortFunc(ch.Set, backend.ServiceKey.Compare)
 	slices.SortFunc(ch.Deleted, backend.ServiceKey.Compare)
 	st.Revision = b.revision
+	f.instance = b.instance
 	return ch, nil
 }
 

@@ -145,3 +145,39 @@ func FuzzApply(f *testing.F) {
 		}
 	})
 }
+
+// A batch is applied all or nothing: one that fails leaves the state (and
+// its revision) exactly as it was, whatever it did before the fault.
+func TestApplyFailedBatchLeavesStateUnchanged(t *testing.T) {
+	node := &localv1.Op{Op: &localv1.Op_SetNode{SetNode: &localv1.NodeInfo{Node: &localv1.Node{Name: "node-1", Zone: "z2"}, ServiceCidrs: []string{"10.97.0.0/16"}}}}
+	for name, b := range map[string]batch[*localv1.Op]{
+		"a reset then a fault":              {reset: true, revision: 2, ops: []*localv1.Op{svcOp("z"), {}}},
+		"a reset then an orphan endpoint":   {reset: true, revision: 2, ops: []*localv1.Op{svcOp("z"), epOp(true, "a", "10.0.0.3", true)}},
+		"set_node then a fault":             {revision: 2, ops: []*localv1.Op{node, {Op: &localv1.Op_SetEndpoint{SetEndpoint: &localv1.EndpointOp{}}}}},
+		"changes then an unknown service":   {revision: 2, ops: []*localv1.Op{svcOp("a"), epOp(false, "a", "10.0.0.1", true), svcOp("c"), epOp(true, "x", "10.0.0.9", true)}},
+		"deletions then an unknown service": {revision: 2, ops: []*localv1.Op{{Op: &localv1.Op_DeleteService{DeleteService: &localv1.ServiceKey{Namespace: "ns", Name: "b", Family: localv1.IPFamily_IPV4}}}, epOp(true, "y", "10.0.0.9", true)}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newTestFeed()
+			if _, err := f.apply(batch[*localv1.Op]{reset: true, revision: 1, ops: []*localv1.Op{
+				{Op: &localv1.Op_SetNode{SetNode: &localv1.NodeInfo{Node: &localv1.Node{Name: "node-1", Zone: "z1"}, ServiceCidrs: []string{"10.96.0.0/16"}}}},
+				svcOp("a"), epOp(true, "a", "10.0.0.1", true), svcOp("b"),
+			}}); err != nil {
+				t.Fatal(err)
+			}
+			before := snapshotState(f.state)
+			if _, err := f.apply(b); err == nil {
+				t.Fatal("a faulty batch was applied")
+			}
+			if after := snapshotState(f.state); !proto.Equal(after, before) {
+				t.Errorf("a failed batch changed the state:\n got %v\nwant %v", after, before)
+			}
+		})
+	}
+}
+
+// snapshotState is a deep copy of a state, to compare.
+func snapshotState(st *backend.State) *localv1.NodeState {
+	return proto.Clone(&localv1.NodeState{NodeName: st.NodeName, Revision: st.Revision, Services: st.Sorted(),
+		Node: st.Node, ServiceCidrs: st.ServiceCIDRs}).(*localv1.NodeState)
+}

@@ -20,8 +20,16 @@ type batch[O any] struct {
 	revision uint64
 }
 
+// position is where a client is in a server's history: the Sync of the
+// last batch it applied (0, 0: none).
+type position struct{ instance, revision uint64 }
+
 // stream is one Watch stream, whatever the API.
 type stream[O any] struct {
+	// at is the position the stream moved to: the Sync of the last batch it
+	// delivered, or the position it was opened from. A stream only moves
+	// forward from there.
+	at position
 	// ask sends a request for the next batch.
 	ask func(instance, revision uint64) error
 	// recv receives the next message's operations.
@@ -41,15 +49,22 @@ type protocol[O any] struct {
 
 // session is the client side of a Watch protocol across reconnections: it
 // asks for a batch only when the caller wants one (client-paced delivery),
-// and resumes from the last batch received.
+// and resumes from the last batch the caller applied.
 type session[O any] struct {
 	proto    protocol[O]
 	o        options
 	name     string // for logs
 	cur      *stream[O]
-	instance uint64
-	revision uint64
+	last     position // the Sync of the last batch the caller applied
 	failures int
+}
+
+// applied records the Sync of the last batch the caller applied: the next
+// batch follows it. The caller calls it after applying a batch, so that a
+// batch it could not apply is not skipped: the stream, which moved past it,
+// is then re-opened from the position the caller holds.
+func (s *session[O]) applied(instance, revision uint64) {
+	s.last = position{instance, revision}
 }
 
 // next returns the next batch, reconnecting (with backoff) as long as it
@@ -63,7 +78,7 @@ func (s *session[O]) next(ctx context.Context) (batch[O], error) {
 				log.Info("Watch resumed", "reset", b.reset, "revision", b.revision)
 			}
 			s.failures = 0
-			s.instance, s.revision = b.instance, b.revision
+			s.cur.at = position{b.instance, b.revision}
 			return b, nil
 		}
 		if s.cur != nil {
@@ -91,13 +106,17 @@ func (s *session[O]) next(ctx context.Context) (batch[O], error) {
 }
 
 func (s *session[O]) try(ctx context.Context) (batch[O], error) {
+	if s.cur != nil && s.cur.at != s.last {
+		s.close()
+	}
 	if s.cur == nil {
-		st, err := s.proto.open(ctx, s.instance, s.revision)
+		st, err := s.proto.open(ctx, s.last.instance, s.last.revision)
 		if err != nil {
 			return batch[O]{}, err
 		}
+		st.at = s.last
 		s.cur = st
-	} else if err := s.cur.ask(s.instance, s.revision); err != nil {
+	} else if err := s.cur.ask(s.last.instance, s.last.revision); err != nil {
 		return batch[O]{}, err
 	}
 	var b batch[O]

@@ -1,0 +1,121 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/kpng/kpng/api/localv1"
+	"github.com/kpng/kpng/backend"
+)
+
+// scriptedServer is a localv1 server whose answers a test writes: it calls
+// answer with each request (numbered per stream, from 0) and sends what it
+// returns as one message, and it records every request.
+type scriptedServer struct {
+	localv1.UnimplementedWatchServer
+	answer func(stream, n int, req *localv1.WatchRequest) []*localv1.Op
+
+	mu       sync.Mutex
+	streams  int
+	requests []string
+}
+
+func (s *scriptedServer) Watch(st localv1.Watch_WatchServer) error {
+	s.mu.Lock()
+	id := s.streams
+	s.streams++
+	s.mu.Unlock()
+	for n := 0; ; n++ {
+		req, err := st.Recv()
+		if err != nil {
+			return nil
+		}
+		s.mu.Lock()
+		s.requests = append(s.requests, fmt.Sprintf("stream %d request %d from (%d, %d)", id, n, req.InstanceId, req.Revision))
+		s.mu.Unlock()
+		if err := st.Send(&localv1.Ops{Ops: s.answer(id, n, req)}); err != nil {
+			return nil
+		}
+	}
+}
+
+func (s *scriptedServer) seen() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.requests)
+}
+
+// serveScripted serves s on a unix socket until the test ends.
+func serveScripted(t *testing.T, s *scriptedServer) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kpng.sock")
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	localv1.RegisterWatchServer(g, s)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	return "unix://" + path
+}
+
+func syncOp(instance, revision uint64) *localv1.Op {
+	return &localv1.Op{Op: &localv1.Op_Sync{Sync: &localv1.Sync{InstanceId: instance, Revision: revision}}}
+}
+
+// A batch the feed cannot apply is not skipped: the state stays at the
+// last batch applied, and the next call resumes from there, on a new stream
+// (the old one moved past the batch), instead of asking for what follows the
+// batch it dropped.
+func TestFeedResumesFromTheLastAppliedBatch(t *testing.T) {
+	srv := &scriptedServer{answer: func(stream, n int, req *localv1.WatchRequest) []*localv1.Op {
+		switch {
+		case stream == 0 && n == 0:
+			return []*localv1.Op{{Op: &localv1.Op_Reset_{Reset_: &localv1.Reset{}}}, svcOp("a"), syncOp(7, 1)}
+		case stream == 0 && n == 1: // endpoints of a service never set
+			return []*localv1.Op{svcOp("b"), epOp(true, "x", "10.0.0.1", true), syncOp(7, 2)}
+		case req.InstanceId == 7 && req.Revision == 1:
+			return []*localv1.Op{svcOp("b"), syncOp(7, 2)}
+		default:
+			return []*localv1.Op{svcOp("wrong"), syncOp(7, 3)}
+		}
+	}}
+	f, err := NewFeed(serveScripted(t, srv), "node-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	st, _, err := f.Next(ctx)
+	if err != nil || st.Revision != 1 || len(st.Services) != 1 {
+		t.Fatalf("first batch: %v, %v", st, err)
+	}
+	if _, _, err := f.Next(ctx); err == nil {
+		t.Fatal("a batch with endpoints of an unknown service was applied")
+	}
+	if st.Revision != 1 || len(st.Services) != 1 || st.Services[key("a")] == nil {
+		t.Fatalf("after a failed batch, the state holds %v at revision %d", st.Services, st.Revision)
+	}
+	st, ch, err := f.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Revision != 2 || !slices.Equal(ch.Set, []backend.ServiceKey{key("b")}) || len(st.Services) != 2 {
+		t.Errorf("after resuming: revision %d, set %v, services %v", st.Revision, ch.Set, st.Services)
+	}
+	want := []string{"stream 0 request 0 from (0, 0)", "stream 0 request 1 from (7, 1)", "stream 1 request 0 from (7, 1)"}
+	if got := srv.seen(); !slices.Equal(got, want) {
+		t.Errorf("requests:\n%q\nwant\n%q", got, want)
+	}
+}
