@@ -3,7 +3,6 @@ package iptables
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -141,55 +140,4 @@ func (v variant) runnerFor(ipv6 bool, wait time.Duration) *execRunner {
 		r.restoreCmd, r.saveCmd = v.restore6, v.save6
 	}
 	return r
-}
-
-// detectVariant chooses nft or legacy as kube-proxy's image does
-// (iptables-wrapper): the variant that already holds more rules is the one
-// the host (kubelet, the CNI plugin) uses; with no rules in either, the
-// variant of the default iptables binary (`iptables --version` says
-// "nf_tables" or "legacy").
-func detectVariant(ctx context.Context) (variant, error) {
-	counts := map[string]int{}
-	available := map[string]bool{}
-	for name, v := range variants {
-		for _, save := range []string{v.save4, v.save6} {
-			if _, err := exec.LookPath(save); err != nil {
-				continue
-			}
-			out, err := exec.CommandContext(ctx, save).Output()
-			if err != nil {
-				continue
-			}
-			available[name] = true
-			counts[name] += countRules(out)
-		}
-	}
-	switch {
-	case !available["nft"] && !available["legacy"]:
-		return variant{}, errors.New("neither iptables-nft-save nor iptables-legacy-save works: is iptables installed?")
-	case !available["legacy"]:
-		return variants["nft"], nil
-	case !available["nft"]:
-		return variants["legacy"], nil
-	case counts["legacy"] > counts["nft"]:
-		return variants["legacy"], nil
-	case counts["nft"] > counts["legacy"]:
-		return variants["nft"], nil
-	}
-	out, err := exec.CommandContext(ctx, "iptables", "--version").Output()
-	if err == nil && strings.Contains(string(out), "legacy") {
-		return variants["legacy"], nil
-	}
-	return variants["nft"], nil
-}
-
-// countRules counts the rules ("-A" lines) of iptables-save output.
-func countRules(save []byte) int {
-	n := 0
-	for _, l := range bytes.Split(save, []byte{'\n'}) {
-		if bytes.HasPrefix(l, []byte("-A ")) {
-			n++
-		}
-	}
-	return n
 }

@@ -270,32 +270,62 @@ func TestKernelLockWaitIsBounded(t *testing.T) {
 	}
 }
 
-// TestKernelDetectVariant: the variant holding rules wins.
+// TestKernelDetectVariant: kubelet's hint chain decides, in either
+// variant, over the rules the other variant holds; without it the variant
+// holding more rules wins. Each case writes tables in a namespace of its
+// own and detects from inside it.
 func TestKernelDetectVariant(t *testing.T) {
-	ns := newNetns(t)
-	r := kernelRunner(t, ns, variants["legacy"], false)
-	if err := r.restore(context.Background(), []byte("*filter\n-A INPUT -j ACCEPT\n-A OUTPUT -j ACCEPT\nCOMMIT\n")); err != nil {
-		t.Fatal(err)
+	const (
+		twoRules = "*filter\n-A INPUT -j ACCEPT\n-A OUTPUT -j ACCEPT\nCOMMIT\n"
+		hint     = "*mangle\n:KUBE-IPTABLES-HINT - [0:0]\nCOMMIT\n"
+		canary   = "*mangle\n:KUBE-KUBELET-CANARY - [0:0]\nCOMMIT\n"
+	)
+	type write struct {
+		variant string
+		ipv6    bool
+		input   string
 	}
-	errc := make(chan error, 1)
-	var got variant
-	go func() {
-		runtime.LockOSThread() // discarded with the namespace it joins
-		h, err := netns.GetFromName(ns)
-		if err == nil {
-			err = netns.Set(h)
-			h.Close()
-		}
-		if err == nil {
-			got, err = detectVariant(context.Background())
-		}
-		errc <- err
-	}()
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
-	if got.name != "legacy" {
-		t.Fatalf("legacy holds the rules, detected %q", got.name)
+	for _, tc := range []struct {
+		name   string
+		writes []write
+		want   string
+	}{
+		{"no hint: legacy holds the rules", []write{{"legacy", false, twoRules}}, "legacy"},
+		{"no hint: nft holds the rules", []write{{"nft", false, twoRules}}, "nft"},
+		{"hint in nft, rules in legacy", []write{{"nft", false, hint}, {"legacy", false, twoRules}}, "nft"},
+		{"hint in legacy, rules in nft", []write{{"legacy", false, hint}, {"nft", false, twoRules}}, "legacy"},
+		{"IPv6 canary in nft, rules in legacy", []write{{"nft", true, canary}, {"legacy", false, twoRules}}, "nft"},
+		{"IPv6 canary in legacy, rules in nft", []write{{"legacy", true, canary}, {"nft", true, twoRules}}, "legacy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := newNetns(t)
+			for _, w := range tc.writes {
+				r := kernelRunner(t, ns, variants[w.variant], w.ipv6)
+				if err := r.restore(context.Background(), []byte(w.input)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			errc := make(chan error, 1)
+			var got variant
+			go func() {
+				runtime.LockOSThread() // discarded with the namespace it joins
+				h, err := netns.GetFromName(ns)
+				if err == nil {
+					err = netns.Set(h)
+					h.Close()
+				}
+				if err == nil {
+					got, err = detectVariant(context.Background())
+				}
+				errc <- err
+			}()
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			if got.name != tc.want {
+				t.Fatalf("detected %q, want %q", got.name, tc.want)
+			}
+		})
 	}
 }
 
