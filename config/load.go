@@ -36,7 +36,25 @@ type Loaded struct {
 	Warnings []string
 }
 
-// Load decodes a KubeProxyConfiguration written as YAML or JSON in either
+// Load is LoadWith without command-line overrides: the file's own mode
+// selects the v1alpha1 per-mode sections.
+func Load(data []byte) (*Loaded, error) {
+	return LoadWith(data, LoadOptions{})
+}
+
+// LoadOptions are the command-line settings that change how a file is read,
+// because they must be settled before it is converted.
+type LoadOptions struct {
+	// Mode, when not nil, is the proxy mode given on the command line
+	// (--proxy-mode, even empty), which overrides the file's. It matters for
+	// v1alpha1: the effective mode picks which per-mode section (iptables,
+	// ipvs or nftables) gives syncPeriod, minSyncPeriod and masqueradeAll,
+	// as kube-proxy picks them by the mode it runs in. The loaded
+	// configuration has this mode, whatever the version.
+	Mode *ProxyMode
+}
+
+// LoadWith decodes a KubeProxyConfiguration written as YAML or JSON in either
 // kubeproxy.config.k8s.io/v1alpha1 or v1alpha2 (chosen by apiVersion; kind
 // must be KubeProxyConfiguration), applies that version's defaults and
 // converts it to the hub.
@@ -52,7 +70,10 @@ type Loaded struct {
 // KubeProxyConfiguration, and lists the others it skipped in Warnings. No such
 // document, or more than one, is an error. (kube-proxy reads only the first
 // document and silently drops the rest.)
-func Load(data []byte) (*Loaded, error) {
+//
+// opts carries the command-line settings that must be known before the
+// file is converted (see LoadOptions).
+func LoadWith(data []byte, opts LoadOptions) (*Loaded, error) {
 	docs, err := splitDocuments(data)
 	if err != nil {
 		return nil, err
@@ -61,7 +82,7 @@ func Load(data []byte) (*Loaded, error) {
 	case 0:
 		return nil, errors.New("decoding configuration: document is empty")
 	case 1:
-		return loadDocument(docs[0].data)
+		return loadDocument(docs[0].data, opts)
 	}
 	var chosen []document
 	var skipped []string
@@ -83,7 +104,7 @@ func Load(data []byte) (*Loaded, error) {
 		}
 		return nil, fmt.Errorf("decoding configuration: documents %s are all of kind %s; a file holds at most one", strings.Join(indexes, ", "), v1alpha2.Kind)
 	}
-	loaded, err := loadDocument(chosen[0].data)
+	loaded, err := loadDocument(chosen[0].data, opts)
 	if err != nil {
 		return nil, fmt.Errorf("document %d: %w", chosen[0].index, err)
 	}
@@ -143,8 +164,8 @@ func splitDocuments(data []byte) ([]document, error) {
 	return docs, nil
 }
 
-// loadDocument is Load for a single document.
-func loadDocument(data []byte) (*Loaded, error) {
+// loadDocument is LoadWith for a single document.
+func loadDocument(data []byte, opts LoadOptions) (*Loaded, error) {
 	var problems []string // strictness violations, fatal unless configHardFail is false
 
 	js, err := yaml.YAMLToJSONStrict(data)
@@ -185,8 +206,15 @@ func loadDocument(data []byte) (*Loaded, error) {
 			// v1alpha1 has no configHardFail: strictness errors are fatal.
 			return nil, strictError(problems)
 		}
+		fileMode := obj.Mode
+		if opts.Mode != nil {
+			obj.Mode = kpv1alpha1.ProxyMode(*opts.Mode)
+		}
 		cfg, warnings, err := FromV1Alpha1(&obj)
 		if err != nil {
+			if obj.Mode != fileMode {
+				err = fmt.Errorf("with mode %q from the command line (the file says %q): %w", obj.Mode, fileMode, err)
+			}
 			return nil, err
 		}
 		return &Loaded{Config: cfg, APIVersion: apiVersion, Set: setFromV1Alpha1(raw, ProxyMode(obj.Mode)), Warnings: warnings}, nil
@@ -207,7 +235,11 @@ func loadDocument(data []byte) (*Loaded, error) {
 				warnings = append(warnings, "ignored (configHardFail is false): "+p)
 			}
 		}
-		return &Loaded{Config: FromV1Alpha2(&obj), APIVersion: apiVersion, Set: setFromRaw(raw), Warnings: warnings}, nil
+		cfg := FromV1Alpha2(&obj) // v1alpha2 has no per-mode sections: mode changes nothing else
+		if opts.Mode != nil {
+			cfg.Mode = *opts.Mode
+		}
+		return &Loaded{Config: cfg, APIVersion: apiVersion, Set: setFromRaw(raw), Warnings: warnings}, nil
 
 	default:
 		return nil, fmt.Errorf("decoding configuration: apiVersion: got %q, want %q or %q", apiVersion, v1alpha1.APIVersion, v1alpha2.APIVersion)

@@ -1,9 +1,11 @@
 package config
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLoadRejects(t *testing.T) {
@@ -160,6 +162,82 @@ func TestLoadMultiDocumentRejects(t *testing.T) {
 				if !strings.Contains(err.Error(), s) {
 					t.Errorf("error %q does not mention %q", err, s)
 				}
+			}
+		})
+	}
+}
+
+// TestLoadWithModeFromTheCommandLine checks that a --proxy-mode given on the
+// command line, not the file's mode, picks the v1alpha1 per-mode section that
+// gives syncPeriod, minSyncPeriod and masqueradeAll.
+func TestLoadWithModeFromTheCommandLine(t *testing.T) {
+	mode := func(m ProxyMode) *ProxyMode { return &m }
+	cases := []struct {
+		name    string
+		doc     string
+		mode    *ProxyMode
+		check   func(l *Loaded) string
+		wantErr []string
+	}{
+		{name: "nftables.masqueradeAll counts when the command line says nftables", doc: v1alpha1Header + "nftables:\n  masqueradeAll: true\n", mode: mode(ProxyModeNFTables),
+			check: func(l *Loaded) string {
+				if !l.Config.Linux.MasqueradeAll || l.Config.Mode != ProxyModeNFTables || !l.Set.Has("linux.masqueradeAll") {
+					return "nftables.masqueradeAll not used"
+				}
+				return ""
+			}},
+		{name: "nftables sync periods count when the command line says nftables", doc: v1alpha1Header + "mode: iptables\nnftables:\n  syncPeriod: 20s\n  minSyncPeriod: 2s\n", mode: mode(ProxyModeNFTables),
+			check: func(l *Loaded) string {
+				if l.Config.SyncPeriod != 20*time.Second || l.Config.MinSyncPeriod != 2*time.Second || !l.Set.Has("syncPeriod") || !l.Set.Has("minSyncPeriod") {
+					return fmt.Sprintf("sync %v, min %v, set %q", l.Config.SyncPeriod, l.Config.MinSyncPeriod, l.Set.List())
+				}
+				return ""
+			}},
+		{name: "a non-default iptables.syncPeriod is not silently used in nftables mode", doc: v1alpha1Header + "iptables:\n  syncPeriod: 10s\n", mode: mode(ProxyModeNFTables),
+			wantErr: []string{"iptables.syncPeriod", "nftables.syncPeriod", `mode "nftables" from the command line`}},
+		{name: "an explicit empty mode overrides the file's nftables", doc: v1alpha1Header + "mode: nftables\nnftables:\n  syncPeriod: 20s\n", mode: mode(""),
+			wantErr: []string{"nftables.syncPeriod", "iptables.syncPeriod", `the file says "nftables"`}},
+		{name: "ipvs sections count in ipvs mode", doc: v1alpha1Header + "mode: nftables\nipvs:\n  syncPeriod: 5s\n  minSyncPeriod: 0s\n", mode: mode(ProxyModeIPVS),
+			check: func(l *Loaded) string {
+				if l.Config.SyncPeriod != 5*time.Second || l.Config.MinSyncPeriod != 0 || l.Config.Mode != ProxyModeIPVS {
+					return fmt.Sprintf("sync %v, min %v, mode %q", l.Config.SyncPeriod, l.Config.MinSyncPeriod, l.Config.Mode)
+				}
+				return ""
+			}},
+		{name: "without a mode on the command line the file's mode is used", doc: v1alpha1Header + "mode: nftables\nnftables:\n  syncPeriod: 20s\n",
+			check: func(l *Loaded) string {
+				if l.Config.SyncPeriod != 20*time.Second || l.Config.Mode != ProxyModeNFTables {
+					return fmt.Sprintf("sync %v, mode %q", l.Config.SyncPeriod, l.Config.Mode)
+				}
+				return ""
+			}},
+		{name: "a v1alpha2 file takes the command line's mode", doc: v1alpha2Header + "mode: iptables\nsyncPeriod: 20s\n", mode: mode(ProxyModeNFTables),
+			check: func(l *Loaded) string {
+				if l.Config.SyncPeriod != 20*time.Second || l.Config.Mode != ProxyModeNFTables {
+					return fmt.Sprintf("sync %v, mode %q", l.Config.SyncPeriod, l.Config.Mode)
+				}
+				return ""
+			}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := LoadWith([]byte(tc.doc), LoadOptions{Mode: tc.mode})
+			if len(tc.wantErr) > 0 {
+				if err == nil {
+					t.Fatalf("LoadWith succeeded (syncPeriod %v), want an error", l.Config.SyncPeriod)
+				}
+				for _, s := range tc.wantErr {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("error %q does not mention %q", err, s)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("LoadWith: %v", err)
+			}
+			if msg := tc.check(l); msg != "" {
+				t.Error(msg)
 			}
 		})
 	}

@@ -7,7 +7,7 @@
 // Both versions convert to and from one hub type, KubeProxyConfiguration in
 // this package, which is what the daemon uses. The usual flow is:
 //
-//	loaded, err := config.Load(data)        // strict decode, default, convert
+//	loaded, err := config.LoadWith(data, config.LoadOptions{Mode: modeFlag}) // strict decode, default, convert
 //	// ... apply command-line flags that were given (flags win over the file)
 //	cfg, warnings, err := config.Check(loaded.Config) // validate; honour configHardFail
 //	out, err := config.Marshal(cfg)          // --write-config-to: always v1alpha2

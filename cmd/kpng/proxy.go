@@ -95,7 +95,14 @@ func resolveConfig(fs *pflag.FlagSet, flags *proxyFlags) (*config.KubeProxyConfi
 		if err != nil {
 			return nil, nil, fmt.Errorf("reading the configuration: %w", err)
 		}
-		loaded, err := config.Load(data)
+		// --proxy-mode must be known before a v1alpha1 file is converted:
+		// the effective mode picks its per-mode sync periods and
+		// masqueradeAll.
+		var opts config.LoadOptions
+		if fs.Changed("proxy-mode") {
+			opts.Mode = &flags.fromFlags.Mode
+		}
+		loaded, err := config.LoadWith(data, opts)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", flags.configFile, err)
 		}

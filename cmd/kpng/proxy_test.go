@@ -147,12 +147,6 @@ conntrack: {maxPerCore: 7}
 			}
 			return ""
 		}},
-		{name: "the mode flag is applied before the per-mode sync flags", args: []string{"--ipvs-sync-period", "1m", "--proxy-mode", "ipvs", "--iptables-sync-period", "2m"}, check: func(c *config.KubeProxyConfiguration) string {
-			if c.Mode != config.ProxyModeIPVS || c.SyncPeriod != time.Minute {
-				return "ipvs flags not applied in ipvs mode"
-			}
-			return ""
-		}},
 		{name: "cluster-cidr is split on commas", args: []string{"--cluster-cidr", "10.1.0.0/16,fd00::/64"}, check: func(c *config.KubeProxyConfiguration) string {
 			if !slices.Equal(c.DetectLocal.ClusterCIDRs, []string{"10.1.0.0/16", "fd00::/64"}) {
 				return "clusterCIDRs not replaced"
@@ -203,6 +197,46 @@ conntrack: {maxPerCore: 7}
 			})
 		}
 	}
+}
+
+// TestProxyModeFlagPicksTheV1Alpha1Sections checks that --proxy-mode, not
+// the file's mode, selects the v1alpha1 section whose syncPeriod,
+// minSyncPeriod and masqueradeAll are used, as kube-proxy reads the section
+// of the mode it runs in.
+func TestProxyModeFlagPicksTheV1Alpha1Sections(t *testing.T) {
+	t.Run("nftables.masqueradeAll of a file without mode", func(t *testing.T) {
+		file := writeFile(t, "kp.yaml", v1alpha1Header+"nftables: {masqueradeAll: true, syncPeriod: 20s}\n")
+		c := resolved(t, "proxy", "--config", file, "--proxy-mode", "nftables")
+		if c.Mode != config.ProxyModeNFTables || !c.Linux.MasqueradeAll || c.SyncPeriod != 20*time.Second {
+			t.Errorf("mode %q, masqueradeAll %v, syncPeriod %v; want nftables, true, 20s", c.Mode, c.Linux.MasqueradeAll, c.SyncPeriod)
+		}
+	})
+	t.Run("a non-default iptables.syncPeriod is an error in nftables mode, not used", func(t *testing.T) {
+		file := writeFile(t, "kp.yaml", v1alpha1Header+"iptables: {syncPeriod: 10s}\n")
+		err := runCommand(context.Background(), testRoot(failingDeps(t)), "proxy", "--config", file, "--proxy-mode", "nftables", "--write-config-to", filepath.Join(t.TempDir(), "out"))
+		if err == nil {
+			t.Fatal("succeeded, want an error")
+		}
+		for _, s := range []string{file, "iptables.syncPeriod", "nftables.syncPeriod", "command line"} {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("error %q does not mention %q", err, s)
+			}
+		}
+	})
+	t.Run("the mode flag is applied before the per-mode sync flags", func(t *testing.T) {
+		file := writeFile(t, "kp.yaml", v1alpha1Header+"mode: nftables\n")
+		c := resolved(t, "proxy", "--config", file, "--ipvs-sync-period", "1m", "--proxy-mode", "ipvs", "--iptables-sync-period", "2m")
+		if c.Mode != config.ProxyModeIPVS || c.SyncPeriod != time.Minute {
+			t.Errorf("mode %q, syncPeriod %v; want ipvs, 1m (--ipvs-sync-period)", c.Mode, c.SyncPeriod)
+		}
+	})
+	t.Run("an explicit empty --proxy-mode is the iptables section", func(t *testing.T) {
+		file := writeFile(t, "kp.yaml", v1alpha1Header+"mode: nftables\niptables: {syncPeriod: 10s}\n")
+		c := resolved(t, "--config", file, "--proxy-mode=")
+		if c.Mode != "" || c.SyncPeriod != 10*time.Second {
+			t.Errorf("mode %q, syncPeriod %v; want empty, 10s", c.Mode, c.SyncPeriod)
+		}
+	})
 }
 
 func TestProxyWithoutConfigUsesV1Alpha2DefaultsAndFlags(t *testing.T) {
