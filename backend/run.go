@@ -22,16 +22,19 @@ type Feed interface {
 
 // Options tune Run.
 type Options struct {
-	// MinSyncPeriod is the least time between the starts of two syncs
-	// (kube-proxy's minSyncPeriod): changes arriving sooner are coalesced.
-	// Zero syncs as soon as a change arrives.
+	// MinSyncPeriod is the least time between the end of a sync and the
+	// start of the next (kube-proxy's minSyncPeriod, as its v1.36 runner
+	// counts it): changes arriving sooner are coalesced. Zero syncs as soon
+	// as a change arrives.
 	MinSyncPeriod time.Duration
-	// ResyncPeriod is the longest time without a sync (kube-proxy's
-	// syncPeriod): when it passes, Sync is called with Changes.Resync. Zero
-	// never resyncs.
+	// ResyncPeriod is how often Sync is called with Changes.Resync, with
+	// or without changes, counted from the start of the last Reset or
+	// Resync (kube-proxy's syncPeriod): a steady stream of changes does not
+	// postpone it. Zero never resyncs.
 	ResyncPeriod time.Duration
 	// RetryPeriod is the first wait after a failed sync; it doubles on each
-	// further failure up to ResyncPeriod (or a minute). Zero means a second.
+	// further failure up to ResyncPeriod (or a minute). Changes arriving
+	// meanwhile wait for the retry. Zero means a second.
 	RetryPeriod time.Duration
 	// OnQueued, if set, is called when the feed delivers a change, before it
 	// is synced (for kube-proxy's last_queued_timestamp and
@@ -47,9 +50,25 @@ type SyncResult struct {
 	State    *State
 	Revision uint64
 	Changes  Changes
+	// Full: the sync rewrote the whole dataplane. A backend that implements
+	// FullSyncReporter says so itself; for others it is Changes.Reset or
+	// Changes.Resync.
+	Full     bool
 	Start    time.Time
 	Duration time.Duration
 	Err      error
+}
+
+// FullSyncReporter is implemented by backends that decide within Sync
+// whether to rewrite everything: one that checks the kernel cheaply on a
+// Resync and rewrites only when the check fails, or that turns a partial
+// sync into a full one after a conflict. Run asks it after each Sync, so
+// that SyncResult.Full (and kube-proxy's full and partial sync metrics)
+// tell what happened rather than what was asked.
+type FullSyncReporter interface {
+	// LastSyncFull reports whether the last call of Sync rewrote the whole
+	// dataplane.
+	LastSyncFull() bool
 }
 
 // Run drives backend b from feed until ctx ends (returning nil) or the feed
@@ -60,70 +79,98 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 	retry := cmpOr(opts.RetryPeriod, time.Second)
 	maxRetry := cmpOr(opts.ResyncPeriod, time.Minute)
 	log := klog.FromContext(ctx)
+	reporter, _ := b.(FullSyncReporter)
 
 	pending := Changes{Reset: true}
 	var state *State
-	var lastStart time.Time
-	var due time.Time // a retry or a resync
+	var lastEnd time.Time    // of the last sync
+	var lastResync time.Time // start of the last successful Reset or Resync
+	var retryAt time.Time    // after a failure
 	failures := 0
 	synced := false // a sync has succeeded
-	for {
-		// Wait for a change, or for the due time of a retry or resync.
+
+	// next waits for the feed until deadline (none if zero). It reports
+	// whether the deadline passed; an error is the feed's or ctx's.
+	next := func(deadline time.Time) (bool, error) {
 		waitCtx, cancel := ctx, context.CancelFunc(func() {})
-		if !due.IsZero() {
-			waitCtx, cancel = context.WithDeadline(ctx, due)
-		} else if opts.ResyncPeriod > 0 && state != nil {
-			waitCtx, cancel = context.WithDeadline(ctx, lastStart.Add(opts.ResyncPeriod))
+		if !deadline.IsZero() {
+			waitCtx, cancel = context.WithDeadline(ctx, deadline)
 		}
+		defer cancel()
 		st, ch, err := feed.Next(waitCtx)
-		deadline := waitCtx.Err() != nil && ctx.Err() == nil
-		cancel()
 		switch {
 		case err == nil:
-			state = st
-			pending = merge(pending, ch)
+			state, pending = st, merge(pending, ch)
 			if opts.OnQueued != nil {
 				opts.OnQueued(st, ch)
 			}
+			return false, nil
 		case ctx.Err() != nil:
-			return nil
-		case deadline && errors.Is(err, context.DeadlineExceeded):
-			if failures == 0 {
+			return false, ctx.Err()
+		case waitCtx.Err() != nil && errors.Is(err, context.DeadlineExceeded):
+			return true, nil
+		}
+		return false, err
+	}
+	// resyncDue is when the next periodic Resync is due (zero: never).
+	resyncDue := func() time.Time {
+		if opts.ResyncPeriod <= 0 || lastResync.IsZero() {
+			return time.Time{}
+		}
+		return lastResync.Add(opts.ResyncPeriod)
+	}
+
+	for {
+		// Wait until there is something to do: a change, or the time of a
+		// retry or of a periodic resync.
+		if state == nil || pending.Empty() {
+			deadline := resyncDue()
+			if failures > 0 {
+				deadline = retryAt
+			}
+			timedOut, err := next(deadline)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			if state == nil {
+				continue
+			}
+			if timedOut && failures == 0 {
 				pending.Resync = true
 			}
-		default:
-			return err
-		}
-		if state == nil {
-			continue
 		}
 
-		// Coalesce changes that arrive within MinSyncPeriod of the last sync.
-		if next := lastStart.Add(opts.MinSyncPeriod); failures == 0 && time.Until(next) > 0 {
-			for {
-				waitCtx, cancel := context.WithDeadline(ctx, next)
-				st, ch, err := feed.Next(waitCtx)
-				cancel()
-				if err != nil {
-					if ctx.Err() != nil {
-						return nil
-					}
-					if errors.Is(err, context.DeadlineExceeded) {
-						break
-					}
-					return err
+		// Hold the sync until MinSyncPeriod has passed since the last one
+		// ended (after a failure: until the retry is due), coalescing what
+		// arrives meanwhile.
+		hold := lastEnd.Add(opts.MinSyncPeriod)
+		if failures > 0 {
+			hold = retryAt
+		}
+		for time.Until(hold) > 0 {
+			if _, err := next(hold); err != nil {
+				if ctx.Err() != nil {
+					return nil
 				}
-				state, pending = st, merge(pending, ch)
-				if opts.OnQueued != nil {
-					opts.OnQueued(st, ch)
-				}
+				return err
 			}
 		}
 
-		lastStart = time.Now()
-		res := SyncResult{State: state, Revision: state.Revision, Changes: pending, Start: lastStart}
+		start := time.Now()
+		if due := resyncDue(); failures == 0 && !due.IsZero() && !start.Before(due) {
+			pending.Resync = true // changes never postpone a resync
+		}
+		res := SyncResult{State: state, Revision: state.Revision, Changes: pending, Start: start}
 		res.Err = b.Sync(ctx, state, pending)
-		res.Duration = time.Since(lastStart)
+		lastEnd = time.Now()
+		res.Duration = lastEnd.Sub(start)
+		res.Full = pending.Reset || pending.Resync
+		if reporter != nil {
+			res.Full = reporter.LastSyncFull()
+		}
 		if opts.OnSync != nil {
 			opts.OnSync(res)
 		}
@@ -135,7 +182,7 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 			failures++
 			log.Error(res.Err, "Sync failed, will retry", "revision", state.Revision, "changes", pending.String(), "retryIn", wait)
 			pending = Changes{Reset: true}
-			due = time.Now().Add(wait)
+			retryAt = lastEnd.Add(wait)
 			continue
 		}
 		switch {
@@ -146,9 +193,11 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 		default:
 			log.V(2).Info("Dataplane synced", "revision", state.Revision, "changes", pending.String(), "took", res.Duration)
 		}
+		if pending.Reset || pending.Resync {
+			lastResync = start
+		}
 		synced = true
 		failures = 0
-		due = time.Time{}
 		pending = Changes{}
 	}
 }

@@ -19,9 +19,10 @@ import (
 
 // call is one Sync as a recording backend saw it.
 type call struct {
-	rev      uint64
-	services []string // keys in the state
-	changes  Changes
+	rev        uint64
+	services   []string // keys in the state
+	changes    Changes
+	start, end time.Time
 }
 
 // recorder is a Backend that records its calls and can be made to block or
@@ -31,6 +32,8 @@ type recorder struct {
 	calls []call
 	gate  chan struct{} // if set, each Sync waits for a receive
 	fail  int           // the next fail calls return an error
+	delay time.Duration // each Sync takes this long
+	full  bool          // LastSyncFull's answer, when reporting
 	got   chan call
 }
 
@@ -44,7 +47,8 @@ func (r *recorder) Sync(ctx context.Context, st *State, ch Changes) error {
 			return ctx.Err()
 		}
 	}
-	c := call{rev: st.Revision, changes: ch}
+	c := call{rev: st.Revision, changes: ch, start: time.Now()}
+	time.Sleep(r.delay)
 	for _, se := range st.Sorted() {
 		c.services = append(c.services, KeyOf(se).String())
 	}
@@ -55,6 +59,7 @@ func (r *recorder) Sync(ctx context.Context, st *State, ch Changes) error {
 		r.fail--
 	}
 	r.mu.Unlock()
+	c.end = time.Now()
 	r.got <- c
 	if failNow {
 		return errors.New("injected failure")
@@ -181,13 +186,8 @@ func TestFailedSyncIsRetriedWithReset(t *testing.T) {
 	store := cluster.NewStore()
 	rec := newRecorder()
 	rec.fail = 2
-	var results []SyncResult
-	var mu sync.Mutex
-	start(t, store, rec, Options{RetryPeriod: 10 * time.Millisecond, OnSync: func(r SyncResult) {
-		mu.Lock()
-		results = append(results, r)
-		mu.Unlock()
-	}})
+	results := make(chan SyncResult, 100)
+	start(t, store, rec, Options{RetryPeriod: 10 * time.Millisecond, OnSync: func(r SyncResult) { results <- r }})
 	store.Update(func(tx *cluster.Tx) { tx.SetService(service("a", "10.96.0.1")) })
 	store.MarkSynced()
 	rec.next(t)
@@ -201,10 +201,14 @@ func TestFailedSyncIsRetriedWithReset(t *testing.T) {
 			break // the first success after two failures
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if results[0].Err == nil || results[len(results)-1].Err != nil {
-		t.Errorf("OnSync results: first should fail, last succeed: %+v", results)
+	for i := 0; ; i++ {
+		r := <-results
+		if (i < 2) != (r.Err != nil) {
+			t.Fatalf("OnSync result %d: err %v; want the first two to fail and the third to succeed", i, r.Err)
+		}
+		if r.Err == nil {
+			break
+		}
 	}
 }
 
@@ -236,6 +240,128 @@ func TestMinSyncPeriodCoalesces(t *testing.T) {
 	c := rec.next(t)
 	if len(c.changes.Set) != 5 {
 		t.Fatalf("changes within the min sync period were not coalesced: %+v", c.changes)
+	}
+}
+
+// churn updates service "churn" every period until the test ends.
+func churn(t *testing.T, store *cluster.Store, period time.Duration) {
+	t.Helper()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(period):
+			}
+			store.Update(func(tx *cluster.Tx) { tx.SetService(service("churn", fmt.Sprint("10.96.1.", i%250+1))) })
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+}
+
+// A steady stream of changes does not postpone the periodic resync: a
+// backend that repairs the kernel on Resync must get the chance to.
+func TestResyncIsNotPostponedByChanges(t *testing.T) {
+	store := cluster.NewStore()
+	rec := newRecorder()
+	start(t, store, rec, Options{ResyncPeriod: 200 * time.Millisecond})
+	store.MarkSynced()
+	first := rec.next(t)
+	churn(t, store, 5*time.Millisecond)
+	for {
+		c := rec.next(t)
+		if c.changes.Resync {
+			if since := c.start.Sub(first.start); since < 200*time.Millisecond {
+				t.Fatalf("resync %v after the first sync, before the resync period", since)
+			}
+			return
+		}
+		if c.start.Sub(first.start) > 2*time.Second {
+			t.Fatal("no Resync within 2s of churn with a 200ms resync period")
+		}
+	}
+}
+
+// After a failure, changes that keep arriving do not bring the retry
+// forward: the backoff holds.
+func TestRetryBackoffHoldsUnderChurn(t *testing.T) {
+	store := cluster.NewStore()
+	rec := newRecorder()
+	start(t, store, rec, Options{RetryPeriod: 300 * time.Millisecond})
+	store.MarkSynced()
+	rec.next(t)
+	rec.mu.Lock()
+	rec.fail = 1
+	rec.mu.Unlock()
+	churn(t, store, 5*time.Millisecond)
+	failed := rec.next(t)
+	retried := rec.next(t)
+	if !retried.changes.Reset {
+		t.Errorf("the retry is not a Reset: %+v", retried.changes)
+	}
+	if gap := retried.start.Sub(failed.end); gap < 300*time.Millisecond {
+		t.Errorf("retried %v after the failure, under churn; want the 300ms backoff", gap)
+	}
+}
+
+// MinSyncPeriod runs from the end of a sync, as kube-proxy's runner counts
+// it: a slow backend under churn still rests between syncs.
+func TestMinSyncPeriodCountsFromTheEndOfASync(t *testing.T) {
+	store := cluster.NewStore()
+	rec := newRecorder()
+	rec.delay = 100 * time.Millisecond
+	start(t, store, rec, Options{MinSyncPeriod: 150 * time.Millisecond})
+	store.MarkSynced()
+	prev := rec.next(t)
+	churn(t, store, 5*time.Millisecond)
+	for range 3 {
+		c := rec.next(t)
+		if gap := c.start.Sub(prev.end); gap < 150*time.Millisecond {
+			t.Fatalf("a sync started %v after the previous one ended; want at least the 150ms min sync period", gap)
+		}
+		prev = c
+	}
+}
+
+// reporting is a recorder that says itself whether a sync was full.
+type reporting struct{ *recorder }
+
+func (r reporting) LastSyncFull() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.full
+}
+
+// SyncResult.Full is what the backend reports when it can, and Reset or
+// Resync otherwise.
+func TestSyncResultFull(t *testing.T) {
+	for _, reports := range []bool{false, true} {
+		t.Run(fmt.Sprint("reports=", reports), func(t *testing.T) {
+			store := cluster.NewStore()
+			rec := newRecorder()
+			results := make(chan SyncResult, 10)
+			var b Backend = rec
+			if reports {
+				b = reporting{rec}
+			}
+			start(t, store, b, Options{ResyncPeriod: 100 * time.Millisecond, OnSync: func(r SyncResult) { results <- r }})
+			store.MarkSynced()
+			rec.next(t)
+			if r := <-results; r.Full != !reports {
+				t.Errorf("first sync (Reset): Full = %v, want %v", r.Full, !reports)
+			}
+			rec.mu.Lock()
+			rec.full = true
+			rec.mu.Unlock()
+			store.Update(func(tx *cluster.Tx) { tx.SetService(service("a", "10.96.0.1")) })
+			rec.next(t)
+			if r := <-results; r.Full != reports || r.Changes.Reset || r.Changes.Resync {
+				t.Errorf("incremental sync: Full = %v (changes %v), want %v", r.Full, r.Changes, reports)
+			}
+		})
 	}
 }
 
