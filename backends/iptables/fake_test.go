@@ -21,6 +21,7 @@ type fakeTables struct {
 	restores []string                       // every input, in order
 	failNext error
 	failAll  error // every restore fails while set
+	failSave error // every save fails while set
 }
 
 var builtinChains = map[string][]string{
@@ -167,6 +168,9 @@ func checkRefs(table string, t map[string][]string) error {
 
 // save prints the tables as iptables-save does (chains sorted).
 func (f *fakeTables) save(context.Context) ([]byte, error) {
+	if f.failSave != nil {
+		return nil, f.failSave
+	}
 	var b strings.Builder
 	for _, t := range slices.Sorted(maps.Keys(f.tables)) {
 		b.WriteString("*" + t + "\n")

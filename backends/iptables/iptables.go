@@ -126,7 +126,8 @@ func (p *Plugin) startHelpers(ctx context.Context, b *Backend) error {
 	for _, px := range b.proxiers {
 		families = append(families, px.family)
 	}
-	rec := metrics.NewRecorder(metrics.ModeIPTables, families...)
+	metrics.Register(metrics.ModeIPTables)
+	rec := metrics.NewRecorder(recorderMode, families...)
 	onQueued := []func(*backend.State, backend.Changes){rec.OnQueued}
 	onSync := []func(backend.SyncResult){rec.OnSync}
 	var health healthcheck.HealthChecker
@@ -177,6 +178,15 @@ func (p *Plugin) startHelpers(ctx context.Context, b *Backend) error {
 	}
 	return nil
 }
+
+// recorderMode is the mode the metrics recorder is created with. Not
+// metrics.ModeIPTables: with it, the recorder counts
+// iptables_restore_failures_total under every family whenever Sync fails,
+// while a restore fails for one family, maybe twice in a sync (partial,
+// then full), and a failed iptables-save is no restore failure. Sync counts
+// them per family, as kube-proxy's proxier of each family does; under this
+// mode the recorder counts no failure and records everything else.
+const recorderMode = "iptables-restore-failures-counted-by-backend"
 
 func chooseVariant(ctx context.Context, mode string) (variant, error) {
 	if mode != "auto" {
@@ -232,11 +242,10 @@ func (b *Backend) Sync(ctx context.Context, state *backend.State, changes backen
 		res, err := p.sync(ctx, state, changes)
 		fam := metrics.FamilyLabel(p.family)
 		if res.partialFailed {
-			// The driver's recorder counts the error Sync returns, which is
-			// the full sync's that followed (if it failed too): the failed
-			// partial restore is counted here.
 			metrics.IPTablesPartialRestoreFailuresTotal.WithLabelValues(fam).Inc()
-			metrics.IPTablesRestoreFailuresTotal.WithLabelValues(fam).Inc()
+		}
+		if res.restoreFailures > 0 {
+			metrics.IPTablesRestoreFailuresTotal.WithLabelValues(fam).Add(float64(res.restoreFailures))
 		}
 		if err != nil {
 			errs = append(errs, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/component-base/metrics/legacyregistry"
 
@@ -165,8 +166,8 @@ func TestBackendMetrics(t *testing.T) {
 		t.Errorf("after a canary failure: restore failures %v -> %v, partial %v -> %v; want +1 each", r0, r, p0, p)
 	}
 
-	// Both the partial and the full restore fail: the partial one is
-	// counted here, the full one by the driver's recorder (from the error).
+	// Both the partial and the full restore fail: two restore failures,
+	// one partial.
 	r0, p0 = failures()
 	web = named("web", "10.96.0.10", nil, ep("10.244.1.6", 8080, true))
 	st.Services[backend.KeyOf(web)] = web
@@ -175,7 +176,101 @@ func TestBackendMetrics(t *testing.T) {
 		t.Fatal("want the restores' error")
 	}
 	f.failAll = nil
-	if r, p := failures(); r != r0+1 || p != p0+1 {
-		t.Errorf("after two failed restores: restore failures %v -> %v, partial %v -> %v; want +1 each here", r0, r, p0, p)
+	if r, p := failures(); r != r0+2 || p != p0+1 {
+		t.Errorf("after two failed restores: restore failures %v -> %v, partial %v -> %v; want +2, +1", r0, r, p0, p)
 	}
+}
+
+// TestRestoreFailuresPerFamily drives the backend with the hooks the driver
+// calls (the metrics recorder among them): a failed restore is counted
+// under its own family only, once per restore that failed, and a failed
+// iptables-save is no restore failure, as in kube-proxy, where each family's
+// proxier counts its own.
+func TestRestoreFailuresPerFamily(t *testing.T) {
+	cfg := testConfig()
+	cfg.HealthzBindAddress, cfg.MetricsBindAddress = "", ""
+	cfg.DryRun = true // no conntrack cleaners
+	f4, f6 := newFakeTables(), newFakeTables()
+	b := &Backend{cfg: cfg, proxiers: []*proxier{newProxier(false, cfg, f4), newProxier(true, cfg, f6)}}
+	plugin := &Plugin{Config: *cfg}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := plugin.startHelpers(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	opts := plugin.RunOptions()
+	sync := func(st *backend.State, ch backend.Changes) error {
+		start := time.Now()
+		opts.OnQueued(st, ch)
+		err := b.Sync(ctx, st, ch)
+		opts.OnSync(backend.SyncResult{State: st, Changes: ch, Start: start, Duration: time.Since(start), Err: err})
+		return err
+	}
+	type counts struct{ restore4, restore6, partial4, partial6 float64 }
+	read := func() counts {
+		v := func(name, fam string) float64 {
+			return metricValue(t, "kubeproxy_sync_proxy_rules_iptables_"+name+"_failures_total", "ip_family", fam)
+		}
+		return counts{v("restore", metrics.IPv4), v("restore", metrics.IPv6), v("partial_restore", metrics.IPv4), v("partial_restore", metrics.IPv6)}
+	}
+	expect := func(step string, before counts, want counts) {
+		t.Helper()
+		got := read()
+		delta := counts{got.restore4 - before.restore4, got.restore6 - before.restore6, got.partial4 - before.partial4, got.partial6 - before.partial6}
+		if delta != want {
+			t.Errorf("%s: counted %+v, want %+v", step, delta, want)
+		}
+	}
+
+	web4 := named("web", "10.96.0.10", nil, ep("10.244.1.5", 8080, true))
+	web6 := named("web", "fd00:10:96::10", func(s *localv1.Service) { s.Family = localv1.IPFamily_IPV6 }, ep("fd00:10:244:1::5", 8080, true))
+	st := newState(web4, web6)
+
+	c := read()
+	f6.failNext = errors.New("ip6tables-restore: boom")
+	if err := sync(st, backend.Changes{Reset: true}); err == nil {
+		t.Fatal("the IPv6 restore failed: want an error")
+	}
+	expect("IPv6 full restore failed", c, counts{restore6: 1})
+	if err := sync(st, backend.Changes{Reset: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A flushed IPv4 nat table: the partial restore fails on the canary, a
+	// full one repairs it in the same sync.
+	c = read()
+	for ch := range f4.tables["nat"] {
+		if !isBuiltin("nat", ch) {
+			delete(f4.tables["nat"], ch)
+		}
+	}
+	web4 = named("web", "10.96.0.10", nil, ep("10.244.1.6", 8080, true))
+	st.Services[backend.KeyOf(web4)] = web4
+	if err := sync(st, backend.Changes{Set: []backend.ServiceKey{backend.KeyOf(web4)}}); err != nil {
+		t.Fatal(err)
+	}
+	expect("IPv4 partial restore failed, full repaired", c, counts{restore4: 1, partial4: 1})
+
+	// iptables-save fails: the sync fails, but no restore ran.
+	c = read()
+	f4.failSave = errors.New("iptables-save: boom")
+	if err := sync(st, backend.Changes{Reset: true}); err == nil {
+		t.Fatal("iptables-save failed: want an error")
+	}
+	f4.failSave = nil
+	expect("iptables-save failed", c, counts{})
+	if err := sync(st, backend.Changes{Reset: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Both IPv6 restores fail (the partial and the full that follows).
+	c = read()
+	web6 = named("web", "fd00:10:96::10", func(s *localv1.Service) { s.Family = localv1.IPFamily_IPV6 }, ep("fd00:10:244:1::6", 8080, true))
+	st.Services[backend.KeyOf(web6)] = web6
+	f6.failAll = errors.New("ip6tables-restore: boom")
+	if err := sync(st, backend.Changes{Set: []backend.ServiceKey{backend.KeyOf(web6)}}); err == nil {
+		t.Fatal("want the IPv6 restores' error")
+	}
+	f6.failAll = nil
+	expect("IPv6 partial and full restores failed", c, counts{restore6: 2, partial6: 1})
 }

@@ -56,8 +56,10 @@ type syncResult struct {
 	// partialFailed: a partial restore failed (flushed table, or a chain
 	// changed behind kpng's back) and a full sync followed.
 	partialFailed bool
-	restoreFailed bool
-	bytes         int // restore input size
+	// restoreFailures counts the restores of this sync that failed (the
+	// partial one and the full one that followed: up to two).
+	restoreFailures int
+	bytes           int // restore input size
 	// rules are the rules kpng owns per table after the sync; written
 	// those the sync wrote.
 	rules, written map[string]int
@@ -105,7 +107,7 @@ func (p *proxier) sync(ctx context.Context, state *backend.State, changes backen
 		klog.FromContext(ctx).Info("Partial sync failed, syncing everything", "family", p.name(), "err", err)
 		full, err := p.fullSync(ctx, state, changes)
 		full.partialFailed = true
-		full.restoreFailed = full.restoreFailed || res.restoreFailed
+		full.restoreFailures += res.restoreFailures
 		return full, err
 	}
 	return p.fullSync(ctx, state, changes)
@@ -250,7 +252,7 @@ func (p *proxier) fullSync(ctx context.Context, state *backend.State, changes ba
 	res.bytes, res.wrote, res.written = b.Len(), true, countWritten(b.Bytes())
 	if err := p.run.restore(ctx, b.Bytes()); err != nil {
 		p.needFull = true
-		res.restoreFailed = true
+		res.restoreFailures++
 		return res, fmt.Errorf("%s full sync: %w", p.name(), err)
 	}
 	p.services, p.keys, p.needFull = services, keys, false
@@ -492,7 +494,7 @@ func (p *proxier) partialSync(ctx context.Context, state *backend.State, changes
 	res.bytes, res.wrote, res.written = b.Len(), true, countWritten(b.Bytes())
 	if err := p.run.restore(ctx, b.Bytes()); err != nil {
 		p.needFull = true
-		res.restoreFailed = true
+		res.restoreFailures++
 		return res, fmt.Errorf("%s partial sync: %w", p.name(), err)
 	}
 	for _, c := range chs {
