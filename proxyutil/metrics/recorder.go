@@ -158,10 +158,9 @@ func endpointsEqual(a, b []*localv1.Endpoint) bool {
 }
 
 // OnSync is a backend.Options.OnSync hook: it observes the sync's duration
-// (full when Reset or Resync, partial otherwise), and after a success the
+// (full or partial as SyncResult.Full says), and after a success the
 // last-sync timestamp, the network programming latency of the entries that
-// changed and the no-local-endpoints gauges; after a failure the mode's
-// failure counter.
+// changed and the no-local-endpoints gauges.
 func (r *Recorder) OnSync(res backend.SyncResult) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -173,24 +172,18 @@ func (r *Recorder) OnSync(res backend.SyncResult) {
 	EndpointChangesPending.Set(0)
 
 	secs := res.Duration.Seconds()
-	full := res.Changes.Reset || res.Changes.Resync
 	for _, f := range r.families {
 		SyncProxyRulesLatency.WithLabelValues(f).Observe(secs)
-		if full {
+		if res.Full {
 			SyncFullProxyRulesLatency.WithLabelValues(f).Observe(secs)
 		} else {
 			SyncPartialProxyRulesLatency.WithLabelValues(f).Observe(secs)
 		}
 	}
 	if res.Err != nil {
-		for _, f := range r.families {
-			switch r.mode {
-			case ModeNFTables:
-				NFTablesSyncFailuresTotal.WithLabelValues(f).Inc()
-			case ModeIPTables:
-				IPTablesRestoreFailuresTotal.WithLabelValues(f).Inc()
-			}
-		}
+		// The mode's failure counters (nftables transactions, iptables
+		// restores) are the backend's to count: only it knows which
+		// family's kernel update failed.
 		return
 	}
 

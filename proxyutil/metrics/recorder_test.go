@@ -99,7 +99,7 @@ func TestRecorder(t *testing.T) {
 	// The first sync succeeds: a full sync. Only a's trigger time is newer
 	// than the recorder, so one latency is observed: 1s.
 	clk.t = clk.t.Add(time.Second)
-	r.OnSync(backend.SyncResult{State: st, Changes: backend.Changes{Reset: true}, Duration: 3 * time.Millisecond})
+	r.OnSync(backend.SyncResult{State: st, Changes: backend.Changes{Reset: true}, Full: true, Duration: 3 * time.Millisecond})
 	after = take(t)
 	if after.svcPending != 0 || after.epsPending != 0 {
 		t.Errorf("pending after sync: %v %v", after.svcPending, after.epsPending)
@@ -140,11 +140,12 @@ func TestRecorder(t *testing.T) {
 		t.Errorf("changes: services +%v endpoints +%v, want +1 +1", after.svcTotal-before.svcTotal, after.epsTotal-before.epsTotal)
 	}
 	clk.t = clk.t.Add(500 * time.Millisecond)
-	// The sync fails: a failure per family, no latency observed.
+	// The sync fails: timed, no latency observed, and the failure left to
+	// the backend to count (it knows which family failed).
 	r.OnSync(backend.SyncResult{State: st, Changes: ch, Duration: time.Millisecond, Err: errors.New("boom")})
 	for _, f := range []string{IPv4, IPv6} {
-		if v := metricstest.Counter(t, NFTablesSyncFailuresTotal.WithLabelValues(f)); v != 1 {
-			t.Errorf("%s sync failures %v, want 1", f, v)
+		if v := metricstest.Counter(t, NFTablesSyncFailuresTotal.WithLabelValues(f)); v != 0 {
+			t.Errorf("%s sync failures %v, want 0: the backend counts them", f, v)
 		}
 		if n := metricstest.HistogramCount(t, SyncPartialProxyRulesLatency.WithLabelValues(f)); n != 1 {
 			t.Errorf("%s partial syncs %d, want 1 (failed syncs are timed too)", f, n)
@@ -189,6 +190,25 @@ func TestRecorder(t *testing.T) {
 	r.OnSync(backend.SyncResult{State: st, Changes: ch})
 	if v := metricstest.Gauge(t, SyncProxyRulesNoLocalEndpointsTotal.WithLabelValues("external", IPv6)); v != 0 {
 		t.Errorf("no local endpoints after deletion = %v, want 0", v)
+	}
+}
+
+// Full and partial sync durations follow what the backend did (a periodic
+// Resync that found nothing to repair is partial; a change that made the
+// backend rewrite everything is full), not what the driver asked.
+func TestRecorderFullFollowsTheBackend(t *testing.T) {
+	Register(ModeNFTables)
+	SyncFullProxyRulesLatency.Reset()
+	SyncPartialProxyRulesLatency.Reset()
+	r := newRecorder(ModeNFTables, time.Now, localv1.IPFamily_IPV4)
+	st := backend.NewState("n1")
+	r.OnSync(backend.SyncResult{State: st, Changes: backend.Changes{Resync: true}, Full: false})
+	r.OnSync(backend.SyncResult{State: st, Changes: backend.Changes{}, Full: true})
+	r.OnSync(backend.SyncResult{State: st, Changes: backend.Changes{}, Full: true})
+	full := metricstest.HistogramCount(t, SyncFullProxyRulesLatency.WithLabelValues(IPv4))
+	partial := metricstest.HistogramCount(t, SyncPartialProxyRulesLatency.WithLabelValues(IPv4))
+	if full != 2 || partial != 1 {
+		t.Errorf("full %d, partial %d syncs; want 2 and 1", full, partial)
 	}
 }
 
