@@ -153,6 +153,37 @@ func (p *proxy) onLine(line string) {
 	}
 }
 
+// waitFirstSync waits for the proxy's first complete sync, and returns
+// nil once it happened (even if ctx is done by then), an error if the
+// proxy exited without one, or ctx's error if ctx ends first.
+func (p *proxy) waitFirstSync(ctx context.Context) error {
+	select {
+	case <-p.synced:
+	case <-p.exited:
+	case <-ctx.Done():
+	}
+	// What happened first wins over what is also true by now (select
+	// picks at random among ready cases): a sync, then an exit, then the
+	// deadline.
+	select {
+	case <-p.synced:
+		p.mu.Lock()
+		at := p.firstSync
+		p.mu.Unlock()
+		if d, ok := ctx.Deadline(); ok && at.After(d) {
+			return context.DeadlineExceeded // seen only now, but too late
+		}
+		return nil
+	default:
+	}
+	select {
+	case <-p.exited:
+		return fmt.Errorf("exited before its first sync: %v (log: %s)", p.exitErr, p.logPath)
+	default:
+	}
+	return ctx.Err()
+}
+
 // firstSyncAfter returns the time from start to the first complete sync
 // (zero if none yet).
 func (p *proxy) firstSyncAfter() time.Duration {
@@ -189,6 +220,9 @@ func (p *proxy) stop() {
 
 // usage reads the proxy's CPU time and memory from /proc.
 func (p *proxy) usage() (ProcUsage, error) {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return ProcUsage{}, fmt.Errorf("%s was not started", p.kind.Name)
+	}
 	if !p.running() {
 		return ProcUsage{}, fmt.Errorf("%s exited: %v (see %s)", p.kind.Name, p.exitErr, p.logPath)
 	}

@@ -48,7 +48,10 @@ type ProxyResult struct {
 	Error string `json:"error,omitempty"`
 	// FirstSyncSeconds is the time from process start to the end of its
 	// first complete sync (0: none).
-	FirstSyncSeconds    float64 `json:"first_sync_seconds"`
+	FirstSyncSeconds float64 `json:"first_sync_seconds"`
+	// NoSyncWithin is the start timeout when the proxy did not complete
+	// a sync within it (then it was stopped, and has no other figure).
+	NoSyncWithin        string  `json:"no_sync_within,omitempty"`
 	ColdStartCPUSeconds float64 `json:"cold_start_cpu_seconds"`
 	RSSAfterStartMB     float64 `json:"rss_after_start_mb"`
 	RSSEndMB            float64 `json:"rss_end_mb"`

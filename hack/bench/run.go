@@ -279,25 +279,31 @@ func proxyKubeconfig(api *apiserver.Server, dir string) (string, error) {
 	return path, clientcmd.WriteToFile(*kc, path)
 }
 
-// waitColdStart waits until every proxy completed its first sync (or
-// exited, or timed out), records the cold-start figures, and returns the
-// proxies that are up.
+// waitColdStart waits until every proxy completed its first sync, exited,
+// or failed to sync within cfg.startTimeout of the start (all were started
+// together), records the cold-start figures, and returns the proxies that
+// are up. A proxy that did not sync in time is stopped, so that it no
+// longer takes CPU from the others.
 func waitColdStart(ctx context.Context, cfg *config, proxies []*proxy, res *SizeResult) []*proxy {
+	// One deadline for all: once it has passed, every proxy not yet
+	// synced is reported at once, however many there are.
+	wait, cancel := context.WithTimeout(ctx, cfg.startTimeout)
+	defer cancel()
 	var live []*proxy
-	deadline := time.After(cfg.startTimeout)
 	for i, p := range proxies {
 		r := res.Proxies[i]
-		select {
-		case <-p.synced:
-		case <-p.exited:
-			r.Error = fmt.Sprintf("exited before its first sync: %v (log: %s)", p.exitErr, p.logPath)
-			continue
-		case <-deadline:
-			r.Error = fmt.Sprintf("no complete sync within %v", cfg.startTimeout)
-			p.stop()
-			continue
-		case <-ctx.Done():
-			r.Error = ctx.Err().Error()
+		if err := p.waitFirstSync(wait); err != nil {
+			switch {
+			case ctx.Err() != nil:
+				r.Error = joinErr(r.Error, ctx.Err().Error())
+			case errors.Is(err, context.DeadlineExceeded):
+				r.NoSyncWithin = cfg.startTimeout.String()
+				r.Error = joinErr(r.Error, fmt.Sprintf("did not sync within %v (log: %s)", cfg.startTimeout, p.logPath))
+				p.stop()
+			default:
+				r.Error = joinErr(r.Error, err.Error())
+			}
+			logf("size %d: %s: %s", res.Services, p.kind.Name, r.Error)
 			continue
 		}
 		r.FirstSyncSeconds = p.firstSyncAfter().Seconds()
