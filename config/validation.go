@@ -58,6 +58,11 @@ func ValidateFor(cfg *KubeProxyConfiguration, goos string) field.ErrorList {
 	}
 	errs = append(errs, validateSyncPeriods(cfg.SyncPeriod, cfg.MinSyncPeriod)...)
 
+	if cfg.HostnameOverride != "" && strings.TrimSpace(cfg.HostnameOverride) == "" {
+		// kube-proxy trims the name and refuses what is left empty; an
+		// empty field (not a blank one) means the host name.
+		errs = append(errs, field.Invalid(field.NewPath("hostnameOverride"), cfg.HostnameOverride, "must not be blank (leave it empty to use the host name)"))
+	}
 	errs = append(errs, validateNodeIPs(cfg.NodeIPOverride, cfg.IPFamilyPolicy)...)
 	if cfg.HealthzBindAddress != "" {
 		errs = append(errs, validateHostPort(cfg.HealthzBindAddress, field.NewPath("healthzBindAddress"))...)

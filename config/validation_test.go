@@ -78,6 +78,8 @@ func TestValidate(t *testing.T) {
 			c.FeatureGates = map[string]bool{"LoggingAlphaOptions": true}
 		}},
 
+		{name: "a blank hostnameOverride is rejected", mutate: func(c *KubeProxyConfiguration) { c.HostnameOverride = " \t " }, want: []string{"hostnameOverride"}},
+		{name: "a hostnameOverride with spaces around a name is valid (it is trimmed)", mutate: func(c *KubeProxyConfiguration) { c.HostnameOverride = " Node-A " }},
 		{name: "nodeIPOverride entries must be IPs", mutate: func(c *KubeProxyConfiguration) { c.NodeIPOverride = []string{"node-a"} }, want: []string{"nodeIPOverride[0]"}},
 		{name: "nodeIPOverride cannot be unspecified", mutate: func(c *KubeProxyConfiguration) { c.NodeIPOverride = []string{"::"} }, want: []string{"nodeIPOverride[0]"}},
 		{name: "two nodeIPOverride IPs must be one per family", mutate: func(c *KubeProxyConfiguration) { c.NodeIPOverride = []string{"192.0.2.1", "192.0.2.2"} }, want: []string{"nodeIPOverride"}},

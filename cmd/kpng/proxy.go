@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -121,7 +122,16 @@ func resolveConfig(fs *pflag.FlagSet, flags *proxyFlags) (*config.KubeProxyConfi
 	for _, e := range invalid {
 		warnings = append(warnings, "reset to its default (configHardFail is false): "+e.Error())
 	}
+	// The file's name is normalised as the flag's is (Check has refused a
+	// blank one), so that the node, /configz and --write-config-to agree.
+	checked.HostnameOverride = normalizeHostname(checked.HostnameOverride)
 	return checked, warnings, nil
+}
+
+// normalizeHostname trims and lower-cases a node name, as kube-proxy does
+// with hostnameOverride (file or flag) and with the host's name.
+func normalizeHostname(name string) string {
+	return strings.ToLower(strings.TrimSpace(name))
 }
 
 func runProxy(ctx context.Context, fs *pflag.FlagSet, flags *proxyFlags, deps proxyDeps) error {
@@ -183,7 +193,7 @@ func runProxy(ctx context.Context, fs *pflag.FlagSet, flags *proxyFlags, deps pr
 
 	node := c.HostnameOverride
 	if node == "" {
-		if node = defaultNodeName(); node == "" {
+		if node = normalizeHostname(defaultNodeName()); node == "" {
 			return errors.New("the host name could not be read: set hostnameOverride or --hostname-override")
 		}
 	}

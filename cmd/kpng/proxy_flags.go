@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -96,12 +95,16 @@ func addProxyFlags(fs *pflag.FlagSet) *proxyFlags {
 		fs.Float32Var(p, "kube-api-qps", *p, "QPS to use while talking with the API server")
 	})
 
-	fs.StringVar(&f.hostnameOverride, "hostname-override", "", "if non-empty, the name of the Node this proxy runs on (default: the host name)")
+	fs.StringVar(&f.hostnameOverride, "hostname-override", "", "if non-empty, the name of the Node this proxy runs on (default: the file's hostnameOverride, else the host name)")
 	f.fields = append(f.fields, fieldFlag{name: "hostname-override", apply: func(c *cfg) error {
-		// As kube-proxy: trimmed and lower-cased; blank is an error.
-		name := strings.ToLower(strings.TrimSpace(f.hostnameOverride))
+		// As kube-proxy: an empty value leaves the file's; a blank one is
+		// an error; a name is trimmed and lower-cased.
+		if f.hostnameOverride == "" {
+			return nil
+		}
+		name := normalizeHostname(f.hostnameOverride)
 		if name == "" {
-			return errors.New("--hostname-override: an empty host name is invalid")
+			return fmt.Errorf("--hostname-override: %q: a blank host name is invalid", f.hostnameOverride)
 		}
 		c.HostnameOverride = name
 		return nil

@@ -239,6 +239,51 @@ func TestProxyModeFlagPicksTheV1Alpha1Sections(t *testing.T) {
 	})
 }
 
+// TestProxyHostnameOverrideFromTheFile checks that the file's
+// hostnameOverride is normalised as the flag's is (trimmed, lower-cased), as
+// kube-proxy normalises both, and that a blank one is an error naming the
+// field (a warning and the host name with configHardFail false).
+func TestProxyHostnameOverrideFromTheFile(t *testing.T) {
+	for version, header := range map[string]string{"v1alpha1": v1alpha1Header, "v1alpha2": v1alpha2Header} {
+		t.Run("trimmed and lower-cased/"+version, func(t *testing.T) {
+			file := writeFile(t, "kp.yaml", header+"hostnameOverride: \"  Node-A\\t\"\n")
+			if c := resolved(t, "proxy", "--config", file); c.HostnameOverride != "node-a" {
+				t.Errorf("hostnameOverride = %q, want node-a", c.HostnameOverride)
+			}
+		})
+		t.Run("blank is an error naming the field/"+version, func(t *testing.T) {
+			file := writeFile(t, "kp.yaml", header+"hostnameOverride: \"  \"\n")
+			err := runCommand(context.Background(), testRoot(failingDeps(t)), "proxy", "--config", file, "--write-config-to", filepath.Join(t.TempDir(), "out"))
+			if err == nil {
+				t.Fatal("succeeded, want an error")
+			}
+			for _, s := range []string{file, "hostnameOverride", "blank"} {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not mention %q", err, s)
+				}
+			}
+		})
+	}
+	t.Run("blank with configHardFail false falls back to the host name", func(t *testing.T) {
+		file := writeFile(t, "kp.yaml", v1alpha2Header+"configHardFail: false\nhostnameOverride: \"  \"\n")
+		if c := resolved(t, "proxy", "--config", file); c.HostnameOverride != "" {
+			t.Errorf("hostnameOverride = %q, want its default (empty: the host name)", c.HostnameOverride)
+		}
+	})
+	t.Run("an empty --hostname-override leaves the file's, as kube-proxy", func(t *testing.T) {
+		file := writeFile(t, "kp.yaml", v1alpha1Header+"hostnameOverride: node-b\n")
+		if c := resolved(t, "proxy", "--config", file, "--hostname-override="); c.HostnameOverride != "node-b" {
+			t.Errorf("hostnameOverride = %q, want node-b", c.HostnameOverride)
+		}
+	})
+	t.Run("the flag wins over the file", func(t *testing.T) {
+		file := writeFile(t, "kp.yaml", v1alpha1Header+"hostnameOverride: \"  \"\n")
+		if c := resolved(t, "proxy", "--config", file, "--hostname-override", "Node-C"); c.HostnameOverride != "node-c" {
+			t.Errorf("hostnameOverride = %q, want node-c", c.HostnameOverride)
+		}
+	})
+}
+
 func TestProxyWithoutConfigUsesV1Alpha2DefaultsAndFlags(t *testing.T) {
 	c := resolved(t, "proxy", "--proxy-mode", "nftables", "--kubeconfig", "/k")
 	want := config.Default()
