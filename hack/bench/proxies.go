@@ -102,6 +102,10 @@ type proxy struct {
 	mu        sync.Mutex
 	firstSync time.Time
 	synced    chan struct{} // closed at the first complete sync
+	// atFirstSync is the process's usage read when the first complete
+	// sync was seen in its log (atFirstSyncErr if it could not be read).
+	atFirstSync    ProcUsage
+	atFirstSyncErr error
 }
 
 // start runs the proxy in its namespace, with its output in logPath.
@@ -117,7 +121,10 @@ func (p *proxy) start(argv []string) error {
 	p.synced = make(chan struct{})
 	p.exited = make(chan struct{})
 	out := io.MultiWriter(logFile, &lineWatcher{fn: p.onLine})
-	p.cmd = exec.Command("ip", append([]string{"netns", "exec", p.ns}, argv...)...)
+	if p.ns != "" { // `ip netns exec` execs argv: the pid stays the proxy's
+		argv = append([]string{"ip", "netns", "exec", p.ns}, argv...)
+	}
+	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Stdout, p.cmd.Stderr = out, out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	started := make(chan error, 1)
@@ -141,6 +148,10 @@ func (p *proxy) start(argv []string) error {
 	return nil
 }
 
+// onLine watches the proxy's log for its first complete sync, and reads
+// its CPU time and RSS at once: the cold start's cost is the proxy's
+// own, however long the other proxies take. (The log line follows the
+// end of the sync by the time the pipe takes to carry it.)
 func (p *proxy) onLine(line string) {
 	if !p.kind.synced(line) {
 		return
@@ -149,8 +160,21 @@ func (p *proxy) onLine(line string) {
 	defer p.mu.Unlock()
 	if p.firstSync.IsZero() {
 		p.firstSync = time.Now()
+		// cmd.Process is set before the goroutines that copy the
+		// output start.
+		p.atFirstSync, p.atFirstSyncErr = readProcUsage(p.cmd.Process.Pid)
 		close(p.synced)
 	}
+}
+
+// usageAtFirstSync returns the usage read at the first complete sync.
+func (p *proxy) usageAtFirstSync() (ProcUsage, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.firstSync.IsZero() {
+		return ProcUsage{}, fmt.Errorf("%s: no complete sync", p.kind.Name)
+	}
+	return p.atFirstSync, p.atFirstSyncErr
 }
 
 // waitFirstSync waits for the proxy's first complete sync, and returns

@@ -118,8 +118,8 @@ func sizeSection(b *strings.Builder, r *SizeResult) {
 		}
 	}
 	row("cold start: first complete sync (s)", func(p *ProxyResult) float64 { return nz(p.FirstSyncSeconds) }, f1)
-	row("cold start: CPU (s)", func(p *ProxyResult) float64 { return nz(p.ColdStartCPUSeconds) }, f1)
-	row("RSS after start (MB)", func(p *ProxyResult) float64 { return nz(p.RSSAfterStartMB) }, f0)
+	row("cold start: CPU until that sync (s)", func(p *ProxyResult) float64 { return nz(p.ColdStartCPUSeconds) }, f1)
+	row("cold start: RSS at that sync (MB)", func(p *ProxyResult) float64 { return nz(p.RSSAfterStartMB) }, f0)
 	row("churn: syncs", phase(phaseChurn, func(ph *PhaseResult) float64 { return ph.Syncs }), f0)
 	row("churn: sync duration p50 (s)", phase(phaseChurn, func(ph *PhaseResult) float64 { return nz(ph.SyncP50) }), f3)
 	row("churn: sync duration p99 (s)", phase(phaseChurn, func(ph *PhaseResult) float64 { return nz(ph.SyncP99) }), f3)

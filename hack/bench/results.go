@@ -51,7 +51,10 @@ type ProxyResult struct {
 	FirstSyncSeconds float64 `json:"first_sync_seconds"`
 	// NoSyncWithin is the start timeout when the proxy did not complete
 	// a sync within it (then it was stopped, and has no other figure).
-	NoSyncWithin        string  `json:"no_sync_within,omitempty"`
+	NoSyncWithin string `json:"no_sync_within,omitempty"`
+	// ColdStartCPUSeconds and RSSAfterStartMB are the proxy's CPU time
+	// (with its waited-for children's) and VmRSS read when its first
+	// complete sync was seen in its log.
 	ColdStartCPUSeconds float64 `json:"cold_start_cpu_seconds"`
 	RSSAfterStartMB     float64 `json:"rss_after_start_mb"`
 	RSSEndMB            float64 `json:"rss_end_mb"`

@@ -307,19 +307,15 @@ func waitColdStart(ctx context.Context, cfg *config, proxies []*proxy, res *Size
 			continue
 		}
 		r.FirstSyncSeconds = p.firstSyncAfter().Seconds()
-		logf("size %d: %s first complete sync after %.1fs", res.Services, p.kind.Name, r.FirstSyncSeconds)
+		if u, err := p.usageAtFirstSync(); err != nil {
+			r.Error = joinErr(r.Error, fmt.Sprintf("usage at the first sync: %v", err))
+		} else {
+			r.ColdStartCPUSeconds = u.CPUSeconds
+			r.RSSAfterStartMB = mb(u.RSSBytes)
+		}
+		logf("size %d: %s first complete sync after %.1fs (%.1fs of CPU, %.0f MB RSS)",
+			res.Services, p.kind.Name, r.FirstSyncSeconds, r.ColdStartCPUSeconds, r.RSSAfterStartMB)
 		live = append(live, p)
-	}
-	for i, p := range proxies {
-		if !p.running() {
-			continue
-		}
-		u, err := p.usage()
-		if err != nil {
-			continue
-		}
-		res.Proxies[i].ColdStartCPUSeconds = u.CPUSeconds
-		res.Proxies[i].RSSAfterStartMB = mb(u.RSSBytes)
 	}
 	return live
 }
