@@ -55,8 +55,14 @@ func (s *Source) Run(ctx context.Context, store *cluster.Store) error {
 	}, s.Options...)
 }
 
+// apply applies a batch to the store, all or nothing: it is checked first,
+// since a store update cannot be rolled back.
 func (s *Source) apply(store *cluster.Store, b client.ClusterBatch) error {
-	var err error
+	for i, op := range b.Ops {
+		if err := check(op); err != nil {
+			return fmt.Errorf("protocol error: operation %d of the batch: %w", i, err)
+		}
+	}
 	store.Update(func(tx *cluster.Tx) {
 		// On a reset, whatever the batch does not set is gone.
 		var stale struct{ services, slices, nodes, cidrs map[string]bool }
@@ -90,9 +96,6 @@ func (s *Source) apply(store *cluster.Store, b client.ClusterBatch) error {
 			case *globalv1.Op_DeleteServiceCidr:
 				tx.DeleteServiceCIDR(o.DeleteServiceCidr.Name)
 				delete(s.cidrs, o.DeleteServiceCidr.Name)
-			default:
-				err = fmt.Errorf("protocol error: unexpected operation %T", op.Op)
-				return
 			}
 		}
 		for k := range stale.services {
@@ -118,7 +121,36 @@ func (s *Source) apply(store *cluster.Store, b client.ClusterBatch) error {
 			}
 		}
 	})
-	return err
+	return nil
+}
+
+// check reports what makes an operation one the store cannot apply.
+func check(op *globalv1.Op) error {
+	var missing bool
+	switch o := op.GetOp().(type) {
+	case *globalv1.Op_SetService:
+		missing = o.SetService == nil
+	case *globalv1.Op_DeleteService:
+		missing = o.DeleteService == nil
+	case *globalv1.Op_SetEndpointSlice:
+		missing = o.SetEndpointSlice == nil
+	case *globalv1.Op_DeleteEndpointSlice:
+		missing = o.DeleteEndpointSlice == nil
+	case *globalv1.Op_SetNode:
+		missing = o.SetNode == nil
+	case *globalv1.Op_DeleteNode:
+		missing = o.DeleteNode == nil
+	case *globalv1.Op_SetServiceCidr:
+		missing = o.SetServiceCidr == nil
+	case *globalv1.Op_DeleteServiceCidr:
+		missing = o.DeleteServiceCidr == nil
+	default:
+		return fmt.Errorf("unexpected operation %T", op.GetOp())
+	}
+	if missing {
+		return fmt.Errorf("%T without its object", op.GetOp())
+	}
+	return nil
 }
 
 func split(key string) (string, string) {

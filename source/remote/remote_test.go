@@ -93,3 +93,36 @@ func FuzzApply(f *testing.F) {
 		}
 	})
 }
+
+// A batch is applied all or nothing: one with a fault leaves the store and
+// the source's record of it as they were, so that a later reset still drops
+// what the first batch held.
+func TestFaultyBatchChangesNothing(t *testing.T) {
+	s := &Source{services: map[string]bool{}, slices: map[string]bool{}, nodes: map[string]bool{}, cidrs: map[string]bool{}}
+	store := cluster.NewStore()
+	set := func(name string) *globalv1.Op {
+		return &globalv1.Op{Op: &globalv1.Op_SetService{SetService: &globalv1.Service{Namespace: "ns", Name: name}}}
+	}
+	if err := s.apply(store, client.ClusterBatch{Reset: true, Ops: []*globalv1.Op{set("a")}}); err != nil {
+		t.Fatal(err)
+	}
+	rev := store.Stats().Revision
+	for name, b := range map[string]client.ClusterBatch{
+		"a reset then an empty operation": {Reset: true, Ops: []*globalv1.Op{set("b"), {}}},
+		"a set then an empty operation":   {Ops: []*globalv1.Op{set("c"), {}}},
+		"a set without its object":        {Ops: []*globalv1.Op{set("d"), {Op: &globalv1.Op_SetNode{}}}},
+	} {
+		if err := s.apply(store, b); err == nil {
+			t.Errorf("%s: applied", name)
+		}
+		if got := contents(store); !maps.Equal(got, map[string]bool{"service ns/a": true}) || store.Stats().Revision != rev {
+			t.Errorf("%s: the store holds %v at revision %d, want only ns/a at %d", name, got, store.Stats().Revision, rev)
+		}
+	}
+	if err := s.apply(store, client.ClusterBatch{Reset: true, Ops: []*globalv1.Op{set("e")}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := contents(store); !maps.Equal(got, map[string]bool{"service ns/e": true}) {
+		t.Errorf("after a reset, the store holds %v, want only ns/e", got)
+	}
+}
