@@ -40,6 +40,8 @@ import (
 	"time"
 
 	"golang.org/x/term"
+
+	"github.com/kpng/kpng/test/integration/apiserver"
 )
 
 // envChild marks the bench process that runs inside the bench namespace;
@@ -118,6 +120,10 @@ func main() {
 		if _, err := os.Stat(b); err != nil {
 			fatal(fmt.Errorf("%v (run hack/install-test-deps.sh)", err))
 		}
+	}
+	cfg.versions = Versions{
+		KubeProxy:     binaryVersion(cfg.bins.kubeProxy),
+		KubeAPIServer: binaryVersion(apiServerBinary(root)),
 	}
 	if err := setupBridge(); err != nil {
 		fatal(err)
@@ -214,6 +220,28 @@ func buildKpng(root, dir string) (bin, commit string, err error) {
 		return "", "", fmt.Errorf("go build ./cmd/kpng at %s: %w\n%s", commit, err, out)
 	}
 	return bin, commit, nil
+}
+
+// binaryVersion returns the first line of `bin --version` ("Kubernetes
+// v1.36.3"), or says why there is none.
+func binaryVersion(bin string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	if err != nil {
+		return fmt.Sprintf("unknown (%s --version: %v)", filepath.Base(bin), err)
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line
+}
+
+// apiServerBinary is the kube-apiserver that test/integration/apiserver
+// starts: $KPNG_KUBE_APISERVER, else .cache/bin's.
+func apiServerBinary(root string) string {
+	if p := os.Getenv(apiserver.EnvKubeAPIServer); p != "" {
+		return p
+	}
+	return filepath.Join(root, ".cache", "bin", "kube-apiserver")
 }
 
 // repoRoot walks up from the working directory to kpng's go.mod.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -53,5 +54,19 @@ func TestColdStartUsageIsReadAtTheFirstSync(t *testing.T) {
 	}
 	if r.RSSAfterStartMB <= 0 {
 		t.Errorf("RSS at the first sync: %v MB", r.RSSAfterStartMB)
+	}
+}
+
+func TestBinaryVersion(t *testing.T) {
+	if v := binaryVersion("/bin/sh-that-does-not-exist"); !strings.HasPrefix(v, "unknown (") {
+		t.Errorf("version of a missing binary: %q", v)
+	}
+	// A program whose --version prints several lines: the first is kept.
+	bin := filepath.Join(t.TempDir(), "kube-proxy")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho 'Kubernetes v1.36.3'\necho 'more'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if v := binaryVersion(bin); v != "Kubernetes v1.36.3" {
+		t.Errorf("binaryVersion = %q, want the first line", v)
 	}
 }

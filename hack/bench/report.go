@@ -92,7 +92,8 @@ func sizeSection(b *strings.Builder, r *SizeResult) {
 		"and all four proxies (and the API server) ran at the same time on these %d cores.\n\n",
 		r.Started.Format("2006-01-02 15:04"), r.Finished.Format("15:04"), m.Cores, m.CPUModel, m.Kernel,
 		m.LoadStart[0], m.LoadEnd[0], loadRange(r.LoadDuring), m.Cores)
-	fmt.Fprintf(b, "kpng at commit %s; kube-proxy and kube-apiserver v1.36.3. ", r.KpngCommit)
+	fmt.Fprintf(b, "kpng at commit %s; kube-proxy: %s; kube-apiserver: %s. ",
+		r.KpngCommit, orUnrecorded(r.Versions.KubeProxy), orUnrecorded(r.Versions.KubeAPIServer))
 	fmt.Fprintf(b, "Command: `%s`. Preload of the API server: %.0fs. Churn: %.0f updates/s for %.0fs; burst: %d updates at once; "+
 		"%d services created then deleted, %s/s.\n\n",
 		r.Command, r.PreloadSeconds, r.ChurnRate, r.ChurnSeconds, r.BurstUpdates, r.NewServices, f0(r.ServiceRate))
@@ -163,6 +164,15 @@ func sizeSection(b *strings.Builder, r *SizeResult) {
 		}
 	}
 	b.WriteString("\n")
+}
+
+// orUnrecorded stands in for a version that results written before the
+// bench recorded versions lack.
+func orUnrecorded(v string) string {
+	if v == "" {
+		return "version not recorded"
+	}
+	return v
 }
 
 func caughtUp(ph *PhaseResult) float64 {

@@ -18,17 +18,25 @@ type SizeResult struct {
 	Finished            time.Time `json:"finished"`
 	Command             string    `json:"command"`
 	KpngCommit          string    `json:"kpng_commit"`
-	Machine             Machine   `json:"machine"`
-	PreloadSeconds      float64   `json:"preload_seconds"`
-	ChurnRate           float64   `json:"churn_rate"`
-	ChurnSeconds        float64   `json:"churn_seconds"`
-	BurstUpdates        int       `json:"burst_updates"`
-	NewServices         int       `json:"new_services"`
-	ServiceRate         float64   `json:"service_rate"`
+	// Versions are what the programs under test say of themselves.
+	Versions       Versions `json:"versions"`
+	Machine        Machine  `json:"machine"`
+	PreloadSeconds float64  `json:"preload_seconds"`
+	ChurnRate      float64  `json:"churn_rate"`
+	ChurnSeconds   float64  `json:"churn_seconds"`
+	BurstUpdates   int      `json:"burst_updates"`
+	NewServices    int      `json:"new_services"`
+	ServiceRate    float64  `json:"service_rate"`
 	// LoadDuring are the 1-minute load averages sampled during the run:
 	// the machine is shared.
 	LoadDuring []float64      `json:"load_during"`
 	Proxies    []*ProxyResult `json:"proxies"`
+}
+
+// Versions are the first line of each program's --version.
+type Versions struct {
+	KubeProxy     string `json:"kube_proxy,omitempty"`
+	KubeAPIServer string `json:"kube_apiserver,omitempty"`
 }
 
 // Machine describes where the run happened.

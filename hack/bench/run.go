@@ -48,6 +48,7 @@ type config struct {
 	bins         binaries
 	command      string
 	kpngVersion  string
+	versions     Versions
 }
 
 // runSize runs the whole bench at one size, and writes its result.
@@ -74,7 +75,7 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 	res = &SizeResult{Services: n, EndpointsPerService: endpointsPerService, Started: time.Now().UTC(),
 		Command: cfg.command, Machine: machine(), ChurnRate: cfg.churnRate, ChurnSeconds: cfg.churnFor.Seconds(),
 		BurstUpdates: cfg.burst, NewServices: cfg.newServices, ServiceRate: cfg.serviceRate,
-		KpngCommit: cfg.kpngVersion}
+		KpngCommit: cfg.kpngVersion, Versions: cfg.versions}
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	var loadMu sync.Mutex
