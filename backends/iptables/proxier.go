@@ -36,7 +36,9 @@ type proxier struct {
 	// written for it; keys sorted (the order of the shared chains).
 	services map[backend.ServiceKey]*rendered
 	keys     []backend.ServiceKey
-	// nodePortIPs are the addresses accepting node ports (when not all).
+	// nodePortsAll: every local address accepts node ports (but loopback,
+	// unless localhostNodePorts); otherwise only nodePortIPs do.
+	nodePortsAll bool
 	nodePortIPs  []netip.Addr
 	serviceCIDRs []string
 	// needFull: the record may not match the kernel (a failed restore).
@@ -78,6 +80,7 @@ func newProxier(ipv6 bool, cfg *Config, run runner) *proxier {
 	p.localhostNodePorts = !ipv6 && cfg.LocalhostNodePorts && p.nodePorts.containsLoopback
 	p.markMasq = fmt.Sprintf("%#x", 1<<uint(cfg.MasqueradeBit))
 	p.dropInvalid = true
+	p.nodePortsAll = p.nodePorts.matchAll
 	return p
 }
 
@@ -135,7 +138,11 @@ func (p *proxier) setNode(state *backend.State) {
 		}
 	}
 	p.nodePortIPs = nil
-	if !p.nodePorts.matchAll {
+	// "primary" is one CIDR per family of the node's primary IP (not
+	// loopback), as kube-proxy turns it; a family without one has no CIDR,
+	// so it matches all local addresses, as kube-proxy's does.
+	p.nodePortsAll = p.nodePorts.matchAll || p.nodePorts.primary && (!primary.IsValid() || primary.IsLoopback())
+	if !p.nodePortsAll {
 		ips, err := p.nodePorts.addresses(p.ipv6, primary)
 		if err != nil {
 			klog.Background().Error(err, "Node ports will not be reachable", "family", p.name())
@@ -335,7 +342,7 @@ func (p *proxier) writeShared(b *bytes.Buffer, i shared, keys []backend.ServiceK
 	case natServices:
 		// Node ports last: a node port must not shadow a service IP.
 		c := comment("kubernetes service nodeports; NOTE: this must be the last rule in this chain")
-		if p.nodePorts.matchAll {
+		if p.nodePortsAll {
 			l := add(b, chainServices).w(c...).w("-m", "addrtype", "--dst-type", "LOCAL")
 			if p.ipv6 {
 				l.w("!", "-d", "::1/128")

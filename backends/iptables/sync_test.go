@@ -372,6 +372,54 @@ func TestCleanupRemovesEverything(t *testing.T) {
 	}
 }
 
+// TestPrimaryNodePortsWithoutPrimaryIP: with --nodeport-addresses=primary,
+// a family for which the Node has no address (or no Node is known yet)
+// accepts node ports on every local address but loopback, as kube-proxy,
+// which turns "primary" into one CIDR per known primary IP and lets a
+// family without a CIDR match all; once the Node has an address of the
+// family, only that address does.
+func TestPrimaryNodePortsWithoutPrimaryIP(t *testing.T) {
+	const tail = `-m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" `
+	for _, tc := range []struct {
+		name string
+		ipv6 bool
+		node *localv1.Node
+		want string
+	}{
+		{"IPv6, the Node has only an IPv4 address", true,
+			&localv1.Node{Name: "node-1", Addresses: []string{"192.168.77.10"}},
+			tail + "-m addrtype --dst-type LOCAL ! -d ::1/128 -j KPNG-NODEPORTS\n"},
+		{"IPv4, no Node yet", false, nil,
+			tail + "-m addrtype --dst-type LOCAL ! -d 127.0.0.0/8 -j KPNG-NODEPORTS\n"},
+		{"IPv4, the Node's address is loopback", false,
+			&localv1.Node{Name: "node-1", Addresses: []string{"127.0.0.1"}},
+			tail + "-m addrtype --dst-type LOCAL ! -d 127.0.0.0/8 -j KPNG-NODEPORTS\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.NodePortAddresses = []string{"primary"}
+			f := newFakeTables()
+			p := newProxier(tc.ipv6, cfg, f)
+			st := newState()
+			st.Node = tc.node
+			mustSync(t, p, st, backend.Changes{Reset: true})
+			if got := f.chain("nat", chainServices); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+			// The Node gains an address of the family: only it accepts.
+			ip := "192.168.77.10"
+			if tc.ipv6 {
+				ip = "fd00:77::10"
+			}
+			st.Node = &localv1.Node{Name: "node-1", Addresses: []string{ip}}
+			mustSync(t, p, st, backend.Changes{NodeChanged: true})
+			if got, want := f.chain("nat", chainServices), tail+"-d "+ip+" -j KPNG-NODEPORTS\n"; got != want {
+				t.Errorf("after the Node's address: got %q, want %q", got, want)
+			}
+		})
+	}
+}
+
 func TestNodePortAddresses(t *testing.T) {
 	cfg := testConfig()
 	cfg.NodePortAddresses = []string{"primary"}
