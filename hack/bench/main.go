@@ -20,9 +20,9 @@
 // dataplane probe opens TCP connections from each proxy's node to a
 // ClusterIP whose endpoint is a pod namespace behind that node.
 //
-// Results go to <out>/results-N.json; --report-only turns all of them into
-// BENCHMARKS.md and the plots under docs/bench. Run it as root with
-// hack/bench.sh.
+// Results go to <out>/results-N.json; the report (alone with --report-only)
+// turns all of them into BENCHMARKS.md and the plots under docs/bench, in
+// the repository or in --report-dir. Run it as root with hack/bench.sh.
 package main
 
 import (
@@ -63,6 +63,8 @@ func main() {
 		outDir     = flag.String("out", "", "where results and logs go (default: <repo>/.cache/bench)")
 		kpngBin    = flag.String("kpng", "", "kpng binary (default: built from the repository)")
 		kubeProxy  = flag.String("kube-proxy", "", "kube-proxy binary (default: <repo>/.cache/bin/kube-proxy)")
+		reportDir  = flag.String("report-dir", "", "where BENCHMARKS.md and docs/bench/*.png are written (default: the repository root); "+
+			"a directory without a BENCHMARKS.md starts from the repository's, so a trial run can leave the committed page alone")
 		reportOnly = flag.Bool("report-only", false, "only write BENCHMARKS.md and the plots from the results in --out")
 		noReport   = flag.Bool("no-report", false, "do not write BENCHMARKS.md and the plots")
 	)
@@ -75,8 +77,11 @@ func main() {
 	if *outDir == "" {
 		*outDir = filepath.Join(root, ".cache", "bench")
 	}
+	if *reportDir == "" {
+		*reportDir = root
+	}
 	if *reportOnly {
-		if err := report(root, *outDir); err != nil {
+		if err := report(root, *reportDir, *outDir); err != nil {
 			fatal(err)
 		}
 		return
@@ -89,7 +94,7 @@ func main() {
 	// there, and removes every namespace of the run afterwards, however
 	// the child ended.
 	if os.Getenv(envChild) == "" {
-		os.Exit(runParent(root, *outDir, *noReport))
+		os.Exit(runParent(root, *outDir, *reportDir, *noReport))
 	}
 
 	cfg := &config{churnRate: *churnRate, churnFor: *churnFor, burst: *burst, newServices: *newSvcs,
@@ -153,7 +158,7 @@ func main() {
 
 // runParent creates the bench namespace, runs this program inside it, then
 // deletes every namespace of the run, and writes the report.
-func runParent(root, outDir string, noReport bool) int {
+func runParent(root, outDir, reportDir string, noReport bool) int {
 	sweepDeadRuns()
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		fatal(err)
@@ -187,7 +192,7 @@ func runParent(root, outDir string, noReport bool) int {
 		code = 1
 	}
 	if !noReport {
-		if err := report(root, outDir); err != nil {
+		if err := report(root, reportDir, outDir); err != nil {
 			logf("report: %v", err)
 			code = 1
 		}

@@ -25,17 +25,19 @@ const (
 // replaces.
 var pairs = [][2]string{{"kpng-nft", "kube-proxy-nftables"}, {"kpng-iptables", "kube-proxy-iptables"}}
 
-// report writes BENCHMARKS.md's generated section and docs/bench/*.png from
-// every results file in dir.
-func report(root, dir string) error {
-	results, err := readResults(dir)
+// report writes the generated section of BENCHMARKS.md and
+// docs/bench/*.png under dir from every results file in resultsDir. The
+// page's hand-written parts are dir's BENCHMARKS.md, or the repository's
+// (root) when dir has none yet.
+func report(root, dir, resultsDir string) error {
+	results, err := readResults(resultsDir)
 	if err != nil {
 		return err
 	}
 	if len(results) == 0 {
-		return fmt.Errorf("no results-N.json in %s", dir)
+		return fmt.Errorf("no results-N.json in %s", resultsDir)
 	}
-	plotDir := filepath.Join(root, "docs", "bench")
+	plotDir := filepath.Join(dir, "docs", "bench")
 	if err := os.MkdirAll(plotDir, 0o755); err != nil {
 		return err
 	}
@@ -44,8 +46,11 @@ func report(root, dir string) error {
 		return err
 	}
 	gen := generated(results, plots)
-	path := filepath.Join(root, "BENCHMARKS.md")
+	path := filepath.Join(dir, "BENCHMARKS.md")
 	old, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		old, err = os.ReadFile(filepath.Join(root, "BENCHMARKS.md"))
+	}
 	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
