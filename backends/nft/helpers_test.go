@@ -34,7 +34,9 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 	f := &fixture{t: t, clock: time.Unix(1_000_000, 0)}
 	f.fake4 = knftables.NewFake(knftables.IPv4Family, cfg.Table)
 	f.fake6 = knftables.NewFake(knftables.IPv6Family, cfg.Table)
-	f.b = NewBackend(cfg, newTable(ipv4, f.fake4, fakeReader(f.fake4)), newTable(ipv6, f.fake6, fakeReader(f.fake6)))
+	t4, t6 := newTable(ipv4, f.fake4, fakeReader(f.fake4)), newTable(ipv6, f.fake6, fakeReader(f.fake6))
+	t4.count, t6.count = fakeCounter(f.fake4), fakeCounter(f.fake6)
+	f.b = NewBackend(cfg, t4, t6)
 	f.b.now = func() time.Time { return f.clock }
 	f.b.interfaceAddrs = func() ([]netip.Addr, error) {
 		return []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("192.168.0.10"), netip.MustParseAddr("172.16.0.10"), netip.MustParseAddr("fd00::10")}, nil

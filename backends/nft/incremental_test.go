@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/knftables"
 
@@ -234,6 +235,95 @@ func TestResyncRepairs(t *testing.T) {
 	f.sync(backend.Changes{Resync: true})
 	if got := dump(f.fake4); sorted(got) != sorted(want) {
 		t.Errorf("after rebuild the table differs:\n+%s\n-%s", linesNotIn(got, want), linesNotIn(want, got))
+	}
+}
+
+// TestPeriodicSyncChecksCheaply: a periodic sync within --full-sync-period
+// does not read the table back; it counts the fixed chains' rules, and
+// repairs the table when they differ. What the count cannot see waits for
+// the next full sync.
+func TestPeriodicSyncChecksCheaply(t *testing.T) {
+	f := newFixture(t, testConfig())
+	reads := 0
+	for _, tb := range f.b.tables {
+		read := tb.read
+		tb.read = func(ctx context.Context) (*snapshot, error) { reads++; return read(ctx) }
+	}
+	f.set(richServices()...)
+	want := dump(f.fake4)
+	reads = 0
+
+	f.clock = f.clock.Add(30 * time.Second)
+	f.sync(backend.Changes{Resync: true})
+	if reads != 0 || f.b.LastSyncFull() || ops(f.b) != 0 {
+		t.Fatalf("a periodic sync of an intact table: %d reads, full %v, %d operations; want none", reads, f.b.LastSyncFull(), ops(f.b))
+	}
+
+	// An element deleted behind our back: the check does not see it...
+	tx := f.fake4.NewTransaction()
+	tx.Delete(&knftables.Element{Set: clusterIPsSet, Key: []string{"10.96.0.5"}})
+	if err := f.fake4.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	f.sync(backend.Changes{Resync: true})
+	if reads != 0 || f.b.LastSyncFull() {
+		t.Fatalf("the check read the table back (%d reads) for a change it cannot see", reads)
+	}
+	// ...the full sync, once per --full-sync-period, repairs it.
+	f.clock = f.clock.Add(time.Hour)
+	f.sync(backend.Changes{Resync: true})
+	if reads != 2 || !f.b.LastSyncFull() {
+		t.Fatalf("after --full-sync-period: %d reads, full %v; want both tables read back", reads, f.b.LastSyncFull())
+	}
+	if got := dump(f.fake4); sorted(got) != sorted(want) {
+		t.Errorf("after the full sync the table differs:\n+%s\n-%s", linesNotIn(got, want), linesNotIn(want, got))
+	}
+
+	// Every rule of the table flushed ("nft flush table"): the check sees
+	// it at the next periodic sync, in that family only.
+	reads = 0
+	tx = f.fake4.NewTransaction()
+	for name := range f.fake4.Table.Chains {
+		tx.Flush(&knftables.Chain{Name: name})
+	}
+	if err := f.fake4.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	f.clock = f.clock.Add(30 * time.Second)
+	f.sync(backend.Changes{Resync: true})
+	if reads != 1 || !f.b.LastSyncFull() {
+		t.Fatalf("a flushed table: %d reads, full %v; want the IPv4 table read back", reads, f.b.LastSyncFull())
+	}
+	if got := dump(f.fake4); sorted(got) != sorted(want) {
+		t.Errorf("after the repair the table differs:\n+%s\n-%s", linesNotIn(got, want), linesNotIn(want, got))
+	}
+
+	// --full-sync-period=0: every periodic sync reads the tables back.
+	f.b.cfg.FullSyncPeriod = 0
+	reads = 0
+	f.sync(backend.Changes{Resync: true})
+	if reads != 2 {
+		t.Errorf("--full-sync-period=0: %d reads per periodic sync, want 2", reads)
+	}
+}
+
+// TestPeriodicSyncDeletesStaleChains: on a quiet cluster the chains of a
+// deleted service go at the next periodic sync, not at the next change.
+func TestPeriodicSyncDeletesStaleChains(t *testing.T) {
+	f := newFixture(t, testConfig())
+	f.set(richServices()...)
+	gone := backend.KeyOf(richServices()[3])
+	f.del(gone)
+	if !strings.Contains(f.fake4.Dump(), gone.Namespace+"/"+gone.Name+"/") {
+		t.Fatal("the deleted service's chains went at once; they must wait for the map elements to be released")
+	}
+	f.clock = f.clock.Add(30 * time.Second)
+	f.sync(backend.Changes{Resync: true})
+	if strings.Contains(f.fake4.Dump(), gone.Namespace+"/"+gone.Name+"/") {
+		t.Errorf("a periodic sync left the stale chains of %v", gone)
+	}
+	if f.b.LastSyncFull() {
+		t.Error("deleting stale chains made the periodic sync a full one")
 	}
 }
 

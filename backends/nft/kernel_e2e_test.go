@@ -109,6 +109,7 @@ func realFixtureWith(t *testing.T, cfg Config, netlink bool) *fixture {
 			t.Fatalf("knftables.New(%s): %v", fam.nft, err)
 		}
 		tb := newTable(fam, nft, nftReader(fam.nft, "kpng"))
+		tb.count = netlinkCounter(fam, "kpng")
 		if netlink {
 			tb.nl = newNLTable(fam, "kpng")
 			t.Cleanup(tb.nl.close)
@@ -140,11 +141,18 @@ func TestKernel(t *testing.T) {
 			}
 		}
 
-		// A resync finds nothing to do: the listing parses back into
+		// A full resync finds nothing to do: the listing parses back into
 		// exactly the mirror.
+		f.clock = f.clock.Add(f.b.cfg.FullSyncPeriod)
 		f.sync(backend.Changes{Resync: true})
-		if n := ops(f.b); n != 0 {
-			t.Fatalf("a resync right after a sync wrote %d operations: %+v", n, f.b.Last)
+		if n := ops(f.b); n != 0 || !f.b.LastSyncFull() {
+			t.Fatalf("a full resync right after a sync: full %v, %d operations: %+v", f.b.LastSyncFull(), n, f.b.Last)
+		}
+		// A periodic sync counts the fixed chains' rules through netlink,
+		// finds them as written, and reads nothing back.
+		f.sync(backend.Changes{Resync: true})
+		if n := ops(f.b); n != 0 || f.b.LastSyncFull() {
+			t.Fatalf("a periodic sync of an intact table: full %v, %d operations: %+v", f.b.LastSyncFull(), n, f.b.Last)
 		}
 
 		// A restart (a new backend, Reset) reconciles without writing.
@@ -187,6 +195,18 @@ func TestKernel(t *testing.T) {
 		f.sync(backend.Changes{Resync: true})
 		if n := ops(f.b); n != 0 {
 			t.Fatalf("the table was not fully repaired: a second resync wrote %d operations", n)
+		}
+
+		// "nft flush table": every chain emptied, the table still there. The
+		// periodic check sees it in IPv4 only.
+		nftIn(t, ns, "flush", "table", "ip", "kpng")
+		f.sync(backend.Changes{Resync: true})
+		if !f.b.LastSyncFull() || f.b.Last[0].Operations == 0 || f.b.Last[1].Full {
+			t.Fatalf("the periodic check missed a flushed table: %+v", f.b.Last)
+		}
+		f.sync(backend.Changes{Resync: true})
+		if n := ops(f.b); n != 0 || f.b.LastSyncFull() {
+			t.Fatalf("after repairing a flushed table: full %v, %d operations: %+v", f.b.LastSyncFull(), n, f.b.Last)
 		}
 
 		// The whole table deleted by hand: rebuilt.

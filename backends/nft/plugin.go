@@ -53,10 +53,14 @@ type Config struct {
 	PodInterfaceNamePrefix string
 	MinSyncPeriod          time.Duration
 	SyncPeriod             time.Duration
-	HealthzBindAddress     string
-	MetricsBindAddress     string
-	DryRun                 bool
-	IPFamilies             []string
+	// FullSyncPeriod is how often a periodic sync reads the tables back
+	// and repairs any difference; the periodic syncs in between only check
+	// the tables' fixed chains (see check.go).
+	FullSyncPeriod     time.Duration
+	HealthzBindAddress string
+	MetricsBindAddress string
+	DryRun             bool
+	IPFamilies         []string
 	// Netlink writes the incremental transactions through netlink rather
 	// than the nft command (which reads the whole table first).
 	Netlink bool
@@ -71,6 +75,7 @@ func DefaultConfig() Config {
 		DetectLocalMode:    LocalModeClusterCIDR,
 		MinSyncPeriod:      time.Second,
 		SyncPeriod:         30 * time.Second,
+		FullSyncPeriod:     time.Hour,
 		HealthzBindAddress: "0.0.0.0:10256",
 		MetricsBindAddress: "127.0.0.1:10249",
 		IPFamilies:         []string{"ipv4", "ipv6"},
@@ -123,6 +128,9 @@ func (c *Config) Validate() error {
 	if c.MinSyncPeriod < 0 || c.SyncPeriod <= 0 {
 		errs = append(errs, errors.New("--min-sync-period must be >= 0 and --sync-period > 0"))
 	}
+	if c.FullSyncPeriod < 0 {
+		errs = append(errs, fmt.Errorf("--full-sync-period %v: must be >= 0", c.FullSyncPeriod))
+	}
 	return errors.Join(errs...)
 }
 
@@ -152,7 +160,8 @@ func (p *Plugin) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.PodBridgeInterface, "pod-bridge-interface", c.PodBridgeInterface, "the bridge of local pods (--detect-local-mode=BridgeInterface)")
 	fs.StringVar(&c.PodInterfaceNamePrefix, "pod-interface-name-prefix", c.PodInterfaceNamePrefix, "the name prefix of local pods' interfaces (--detect-local-mode=InterfaceNamePrefix)")
 	fs.DurationVar(&c.MinSyncPeriod, "min-sync-period", c.MinSyncPeriod, "least time between two syncs; changes arriving sooner are batched")
-	fs.DurationVar(&c.SyncPeriod, "sync-period", c.SyncPeriod, "longest time between two syncs: a periodic resync reads the tables back and repairs them")
+	fs.DurationVar(&c.SyncPeriod, "sync-period", c.SyncPeriod, "how often a periodic sync checks the tables' fixed chains, repairing the tables when they were changed behind kpng's back")
+	fs.DurationVar(&c.FullSyncPeriod, "full-sync-period", c.FullSyncPeriod, "how often a periodic sync reads the whole tables back and repairs any difference (kube-proxy: 1h, fixed); 0: every periodic sync")
 	fs.StringVar(&c.HealthzBindAddress, "healthz-bind-address", c.HealthzBindAddress, "address of the /healthz and /livez server (empty: none)")
 	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "address of the /metrics server (empty: none)")
 	fs.BoolVar(&c.DryRun, "dry-run", c.DryRun, "print each transaction instead of running it")
@@ -173,22 +182,24 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, er
 	for _, fam := range p.families() {
 		var nft knftables.Interface
 		var read reader
+		var count ruleCounter
 		if p.Config.DryRun {
 			fake := knftables.NewFake(fam.nft, p.Config.Table)
 			out := p.Out
 			if out == nil {
 				out = os.Stdout
 			}
-			nft, read = &printer{Fake: fake, out: out}, fakeReader(fake)
+			nft, read, count = &printer{Fake: fake, out: out}, fakeReader(fake), fakeCounter(fake)
 		} else {
 			var err error
 			nft, err = knftables.New(fam.nft, p.Config.Table)
 			if err != nil {
 				return nil, fmt.Errorf("nftables %s: %w", fam, err)
 			}
-			read = nftReader(fam.nft, p.Config.Table)
+			read, count = nftReader(fam.nft, p.Config.Table), netlinkCounter(fam, p.Config.Table)
 		}
 		t := newTable(fam, nft, read)
+		t.count = count
 		if p.Config.Netlink && !p.Config.DryRun {
 			t.nl = newNLTable(fam, p.Config.Table)
 		}

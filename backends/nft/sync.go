@@ -30,6 +30,8 @@ type Backend struct {
 	// Last reports the last sync's transactions, one per table (for tests
 	// and benchmarks).
 	Last []SyncStats
+	// full: the last sync was a full one in some table.
+	full bool
 }
 
 // SyncStats describes the transaction one sync ran on one table.
@@ -64,9 +66,11 @@ func (b *Backend) Sync(ctx context.Context, state *backend.State, changes backen
 		b.localAddrs = addrs
 	}
 	b.Last = b.Last[:0]
+	b.full = false
 	var errs []error
 	for _, t := range b.tables {
 		st, err := b.syncTable(ctx, t, state, changes)
+		b.full = b.full || st.Full
 		if err != nil {
 			t.synced = false
 			errs = append(errs, fmt.Errorf("%s: %w", t.fam, err))
@@ -93,7 +97,10 @@ func (b *Backend) Sync(ctx context.Context, state *backend.State, changes backen
 func (b *Backend) syncTable(ctx context.Context, t *table, state *backend.State, changes backend.Changes) (SyncStats, error) {
 	now := b.now()
 	e := b.env(t.fam, state)
-	full := changes.Reset || changes.Resync || !t.synced
+	full := changes.Reset || !t.synced
+	if changes.Resync && !full {
+		full = b.fullResync(ctx, t, now)
+	}
 	st := SyncStats{Family: t.fam.String(), Full: full}
 
 	if !full && len(t.stale) > 0 {
@@ -166,6 +173,30 @@ func (b *Backend) syncTable(ctx context.Context, t *table, state *backend.State,
 	t.commit(p, e, now)
 	return st, nil
 }
+
+// fullResync decides whether a periodic sync reads t back and repairs it:
+// once per FullSyncPeriod, and whenever the cheap check (see check.go)
+// finds the table changed behind kpng's back. Otherwise the periodic sync
+// is an incremental one (it still deletes stale chains).
+func (b *Backend) fullResync(ctx context.Context, t *table, now time.Time) bool {
+	if b.cfg.FullSyncPeriod <= 0 || now.Sub(t.lastFull) >= b.cfg.FullSyncPeriod {
+		return true
+	}
+	problem, err := t.checkFixed(ctx)
+	switch {
+	case err != nil:
+		b.log.Error(err, "Checking the nftables table failed; reading it back instead", "family", t.fam.String())
+		return true
+	case problem != "":
+		b.log.Info("The nftables table was changed behind kpng's back; reading it back to repair it", "family", t.fam.String(), "change", problem)
+		return true
+	}
+	return false
+}
+
+// LastSyncFull implements backend.FullSyncReporter: whether the last Sync
+// rewrote (or read back and repaired) a whole table.
+func (b *Backend) LastSyncFull() bool { return b.full }
 
 func owner(k backend.ServiceKey) string { return k.Namespace + "/" + k.Name }
 

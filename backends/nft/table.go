@@ -29,6 +29,9 @@ type table struct {
 	// nl, when set, writes the incremental transactions through netlink
 	// (see netlink.go); nft writes the others.
 	nl *nlTable
+	// count counts the rules of chains in the kernel, for the periodic
+	// check (see check.go); nil: every periodic sync reads the table back.
+	count ruleCounter
 
 	env   *env             // the env of the parts below
 	parts map[string]*part // by owner, as last written
@@ -41,6 +44,8 @@ type table struct {
 	stale  map[string]time.Time // chains emptied, to delete later
 	// synced: the mirror is valid (a sync succeeded since the last reset).
 	synced bool
+	// lastFull is when the table was last read back (or written whole).
+	lastFull time.Time
 }
 
 // claim is one owner's wish for an element. Two services may want the same
@@ -364,6 +369,9 @@ func (t *table) commit(p *plan, e *env, now time.Time) {
 	}
 	t.env = e
 	t.synced = true
+	if p.full {
+		t.lastFull = now
+	}
 }
 
 // deleteStale deletes the chains emptied at least staleDelay ago, in a
