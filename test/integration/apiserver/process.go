@@ -3,6 +3,7 @@ package apiserver
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -15,9 +16,12 @@ import (
 type process struct {
 	name    string
 	logPath string
-	cmd     *exec.Cmd
-	done    chan struct{} // closed when the program has exited
-	err     error         // why it exited; read only after done is closed
+	// logStart is where this run's output begins in the log, which earlier
+	// runs (retries, restarts) wrote to before it.
+	logStart int64
+	cmd      *exec.Cmd
+	done     chan struct{} // closed when the program has exited
+	err      error         // why it exited; read only after done is closed
 }
 
 // startProcess starts path with args, appending its stdout and stderr to
@@ -29,6 +33,10 @@ func startProcess(name, logPath, path string, args ...string) (*process, error) 
 	}
 	// The file is shared with the child; the parent's copy is closed below.
 	defer logFile.Close()
+	st, err := logFile.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%s: log: %w", name, err)
+	}
 	fmt.Fprintf(logFile, "==== %s %s: %s %s\n", time.Now().Format(time.RFC3339Nano), name, path, strings.Join(args, " "))
 
 	cmd := exec.Command(path, args...)
@@ -44,7 +52,7 @@ func startProcess(name, logPath, path string, args ...string) (*process, error) 
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: starting %s: %w", name, path, err)
 	}
-	p := &process{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &process{name: name, logPath: logPath, logStart: st.Size(), cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
@@ -99,9 +107,15 @@ func (p *process) tailLog(n int) string {
 	return string(bytes.Join(lines, []byte("\n")))
 }
 
-// addrInUse reports whether the process's log shows that it lost a race
-// for one of the free ports it was given.
+// addrInUse reports whether this run's output shows that it lost a race for
+// one of the free ports it was given. Earlier runs' output is not read: one
+// lost race must not make every later failure look like another.
 func (p *process) addrInUse() bool {
-	data, err := os.ReadFile(p.logPath)
+	f, err := os.Open(p.logPath)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.NewSectionReader(f, p.logStart, 1<<62))
 	return err == nil && bytes.Contains(data, []byte("address already in use"))
 }

@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -135,7 +136,7 @@ func (s *Server) start(o options) error {
 		if err == nil {
 			break
 		}
-		if attempt == portAttempts || !s.apiServer.addrInUse() {
+		if attempt == portAttempts || !errors.Is(err, errAddrInUse) {
 			return err
 		}
 	}
@@ -278,8 +279,12 @@ func (s *Server) writeClientConfig(c *credentials) error {
 	return nil
 }
 
+// errAddrInUse marks a start that failed because another process took a
+// port the server was given: the caller may retry with other ports.
+var errAddrInUse = errors.New("lost a free port to another process")
+
 // startAPIServer starts kube-apiserver with s.apiArgs and waits until it is
-// ready.
+// ready. An error wraps errAddrInUse when this run lost its port.
 func (s *Server) startAPIServer() error {
 	p, err := startProcess("kube-apiserver", filepath.Join(s.dir, "kube-apiserver.log"), s.bins.kubeAPIServer, s.apiArgs...)
 	if err != nil {
@@ -290,6 +295,9 @@ func (s *Server) startAPIServer() error {
 	s.mu.Unlock()
 	if err := waitUntil(p, startTimeout, s.ready); err != nil {
 		p.stop(0)
+		if p.addrInUse() {
+			return fmt.Errorf("kube-apiserver: %w: %w", errAddrInUse, err)
+		}
 		return fmt.Errorf("kube-apiserver: %w", err)
 	}
 	return nil
