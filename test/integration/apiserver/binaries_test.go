@@ -24,11 +24,15 @@ func (r *fatalRecorder) Fatalf(format string, args ...any) {
 }
 
 // Missing binaries must fail the test with the way to install them: a skip
-// would let CI pass without running the integration tests.
+// would let CI pass without running the integration tests. This is a unit
+// test: it runs on a fresh clone, where neither binary is installed, so the
+// other binary's variable names an executable that Start never reaches.
 func TestStartFailsWhenBinaryIsMissing(t *testing.T) {
+	other := map[string]string{EnvKubeAPIServer: EnvEtcd, EnvEtcd: EnvKubeAPIServer}
 	for _, env := range []string{EnvKubeAPIServer, EnvEtcd} {
 		t.Run(env, func(t *testing.T) {
 			t.Setenv(env, filepath.Join(t.TempDir(), "missing"))
+			t.Setenv(other[env], standIn(t))
 			r := &fatalRecorder{TB: t}
 			done := make(chan struct{})
 			go func() {
@@ -45,6 +49,17 @@ func TestStartFailsWhenBinaryIsMissing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// standIn returns an executable file that findBinaries accepts and that
+// must never run.
+func standIn(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "stand-in")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\necho 'a stand-in binary ran' >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func TestFindBinariesHintsAtInstallScript(t *testing.T) {
