@@ -183,7 +183,7 @@ func (g globalService) Watch(stream globalv1.Watch_WatchServer) error {
 	if req.InstanceId == c.instance {
 		from = req.Revision
 	}
-	out := &chunker[*globalv1.Op]{size: g.s.opts.ChunkSize, send: func(ops []*globalv1.Op) error {
+	out := &chunker[*globalv1.Op]{ops: g.s.opts.ChunkSize, bytes: g.s.opts.ChunkBytes, send: func(ops []*globalv1.Op) error {
 		return stream.Send(&globalv1.Ops{Ops: ops})
 	}}
 	for {

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"k8s.io/klog/v2"
 
@@ -132,7 +133,7 @@ func (l localService) Watch(stream localv1.Watch_WatchServer) error {
 	if req.InstanceId == v.instance {
 		from = req.Revision
 	}
-	out := &chunker[*localv1.Op]{size: s.opts.ChunkSize, send: func(ops []*localv1.Op) error {
+	out := &chunker[*localv1.Op]{ops: s.opts.ChunkSize, bytes: s.opts.ChunkBytes, send: func(ops []*localv1.Op) error {
 		return stream.Send(&localv1.Ops{Ops: ops})
 	}}
 	for {
@@ -237,16 +238,31 @@ func compareEndpointKeys(a, b *localv1.Endpoint) int {
 		strings.Compare(a.Ip, b.Ip), cmp.Compare(a.Port, b.Port))
 }
 
-// chunker groups operations into messages of at most size operations.
-type chunker[O any] struct {
-	size int
-	buf  []O
-	send func([]O) error
+// chunker groups operations into messages of at most ops operations and
+// about bytes encoded bytes: the bound on the count alone would let a
+// thousand large objects (EndpointSlices of 1,000 endpoints, Services with
+// many addresses) make a message that the client refuses.
+type chunker[O proto.Message] struct {
+	ops   int
+	bytes int
+	buf   []O
+	size  int // encoded size of a message of buf
+	send  func([]O) error
 }
 
 func (c *chunker[O]) add(op O) error {
+	// In the message, an operation is a field: a tag byte, its length, and
+	// the operation itself.
+	n := proto.Size(op)
+	n += 1 + protowire.SizeVarint(uint64(n))
+	if len(c.buf) > 0 && c.size+n > c.bytes {
+		if err := c.flush(); err != nil {
+			return err
+		}
+	}
 	c.buf = append(c.buf, op)
-	if len(c.buf) >= c.size {
+	c.size += n
+	if len(c.buf) >= c.ops {
 		return c.flush()
 	}
 	return nil
@@ -257,6 +273,6 @@ func (c *chunker[O]) flush() error {
 		return nil
 	}
 	err := c.send(c.buf)
-	c.buf = nil // the message may still be referenced by the transport
+	c.buf, c.size = nil, 0 // the message may still be referenced by the transport
 	return err
 }

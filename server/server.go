@@ -43,12 +43,24 @@ type Options struct {
 	// watcher left, so that a reconnecting client gets only the diff. Zero
 	// means five minutes.
 	IdleViewTimeout time.Duration
-	// ChunkSize is the number of operations per message. Zero means 1,000.
+	// ChunkSize bounds the number of operations per message. Zero means
+	// 1,000.
 	ChunkSize int
+	// ChunkBytes bounds the encoded size of a message of several
+	// operations (an operation larger than that goes alone). It must stay
+	// well under what clients accept: 4 MiB for a gRPC client with default
+	// settings, in any language; 64 MiB for client.Dial. Zero means
+	// DefaultChunkBytes.
+	ChunkBytes int
 }
 
 // DefaultHistorySize is the default bound of a journal's history.
 const DefaultHistorySize = 1 << 14
+
+// DefaultChunkBytes is the default bound of a message's encoded size: a
+// quarter of gRPC's default receive limit, so that a client with default
+// settings receives any batch, however large its objects.
+const DefaultChunkBytes = 1 << 20
 
 // Server serves one cluster store.
 type Server struct {
@@ -71,6 +83,9 @@ func New(store *cluster.Store, opts Options) *Server {
 	}
 	if opts.ChunkSize <= 0 {
 		opts.ChunkSize = 1000
+	}
+	if opts.ChunkBytes <= 0 {
+		opts.ChunkBytes = DefaultChunkBytes
 	}
 	return &Server{store: store, opts: opts, views: map[brain.Options]*nodeView{}}
 }
