@@ -21,7 +21,7 @@ import (
 // inNetns runs fn on a thread that is in a new network namespace (so the
 // nft processes it starts are too), and deletes the namespace afterwards,
 // whatever happens.
-func inNetns(t *testing.T, fn func(ns string)) {
+func inNetns(t testing.TB, fn func(ns string)) {
 	t.Helper()
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Fatalf("the nft command is required: %v", err)
