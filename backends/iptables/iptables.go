@@ -126,8 +126,7 @@ func (p *Plugin) startHelpers(ctx context.Context, b *Backend) error {
 	for _, px := range b.proxiers {
 		families = append(families, px.family)
 	}
-	metrics.Register(metrics.ModeIPTables)
-	rec := metrics.NewRecorder(recorderMode, families...)
+	rec := metrics.NewRecorder(metrics.ModeIPTables, families...)
 	onQueued := []func(*backend.State, backend.Changes){rec.OnQueued}
 	onSync := []func(backend.SyncResult){rec.OnSync}
 	var health healthcheck.HealthChecker
@@ -179,15 +178,6 @@ func (p *Plugin) startHelpers(ctx context.Context, b *Backend) error {
 	return nil
 }
 
-// recorderMode is the mode the metrics recorder is created with. Not
-// metrics.ModeIPTables: with it, the recorder counts
-// iptables_restore_failures_total under every family whenever Sync fails,
-// while a restore fails for one family, maybe twice in a sync (partial,
-// then full), and a failed iptables-save is no restore failure. Sync counts
-// them per family, as kube-proxy's proxier of each family does; under this
-// mode the recorder counts no failure and records everything else.
-const recorderMode = "iptables-restore-failures-counted-by-backend"
-
 func chooseVariant(ctx context.Context, mode string) (variant, error) {
 	if mode != "auto" {
 		v := variants[mode]
@@ -233,13 +223,26 @@ func cleanup(ctx context.Context, r runner) error {
 type Backend struct {
 	cfg      *Config
 	proxiers []*proxier
+	// lastFull: the last Sync rewrote a family's tables in full.
+	lastFull bool
 }
+
+// LastSyncFull implements backend.FullSyncReporter: whether the last Sync
+// rewrote the tables of a family in full. A periodic sync that only checked
+// the canary was partial; a change-only sync whose canary failed was full.
+// kube-proxy records this per family; SyncResult has one Full for every
+// family, so one family's full sync makes the whole sync full.
+func (b *Backend) LastSyncFull() bool { return b.lastFull }
+
+var _ backend.FullSyncReporter = (*Backend)(nil)
 
 // Sync implements backend.Backend.
 func (b *Backend) Sync(ctx context.Context, state *backend.State, changes backend.Changes) error {
 	var errs []error
+	b.lastFull = false
 	for _, p := range b.proxiers {
 		res, err := p.sync(ctx, state, changes)
+		b.lastFull = b.lastFull || res.full
 		fam := metrics.FamilyLabel(p.family)
 		if res.partialFailed {
 			metrics.IPTablesPartialRestoreFailuresTotal.WithLabelValues(fam).Inc()

@@ -274,3 +274,113 @@ func TestRestoreFailuresPerFamily(t *testing.T) {
 	f6.failAll = nil
 	expect("IPv6 partial and full restores failed", c, counts{restore6: 2, partial6: 1})
 }
+
+// onceFeed delivers one state, then nothing until ctx ends.
+type onceFeed struct {
+	st   *backend.State
+	sent bool
+}
+
+func (f *onceFeed) Next(ctx context.Context) (*backend.State, backend.Changes, error) {
+	if !f.sent {
+		f.sent = true
+		return f.st, backend.Changes{Reset: true}, nil
+	}
+	<-ctx.Done()
+	return nil, backend.Changes{}, ctx.Err()
+}
+
+// histogramCount reads the number of observations of a histogram.
+func histogramCount(t *testing.T, name string, labels ...string) uint64 {
+	t.Helper()
+	mfs, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == labels[i] && l.GetValue() != labels[i+1] {
+						continue next
+					}
+				}
+			}
+			return m.GetHistogram().GetSampleCount()
+		}
+		return 0
+	}
+	return 0
+}
+
+// TestPeriodicSyncsAreRecordedPartial runs the backend under the driver:
+// the first sync is a full one; the periodic syncs that follow only check
+// the canary (a partial restore, --full-sync-period not yet due), and the
+// driver and kube-proxy's duration histograms must say partial for them.
+func TestPeriodicSyncsAreRecordedPartial(t *testing.T) {
+	cfg := testConfig()
+	cfg.HealthzBindAddress, cfg.MetricsBindAddress = "", ""
+	cfg.DryRun = true // no conntrack cleaners
+	cfg.FullSyncPeriod = time.Hour
+	cfg.MinSyncPeriod, cfg.SyncPeriod = 0, 20*time.Millisecond
+	f := newFakeTables()
+	b := &Backend{cfg: cfg, proxiers: []*proxier{newProxier(false, cfg, f)}}
+	plugin := &Plugin{Config: *cfg}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := plugin.startHelpers(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	full0 := histogramCount(t, "kubeproxy_sync_full_proxy_rules_duration_seconds", "ip_family", metrics.IPv4)
+	partial0 := histogramCount(t, "kubeproxy_sync_partial_proxy_rules_duration_seconds", "ip_family", metrics.IPv4)
+
+	opts := plugin.RunOptions()
+	results := make(chan backend.SyncResult, 16)
+	record := opts.OnSync
+	opts.OnSync = func(r backend.SyncResult) {
+		record(r)
+		select {
+		case results <- r:
+		default:
+		}
+	}
+	done := make(chan error, 1)
+	feed := &onceFeed{st: newState(named("web", "10.96.0.10", nil, ep("10.244.1.5", 8080, true)))}
+	go func() { done <- backend.Run(ctx, feed, b, opts) }()
+	var got []backend.SyncResult
+	for len(got) < 3 {
+		select {
+		case r := <-results:
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			got = append(got, r)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d syncs in 10s, want 3", len(got))
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !got[0].Full {
+		t.Error("first sync: Full = false")
+	}
+	for i, r := range got[1:] {
+		if !r.Changes.Resync || r.Full {
+			t.Errorf("sync %d: resync=%v full=%v; want a periodic partial sync", i+2, r.Changes.Resync, r.Full)
+		}
+	}
+	if n := len(f.restores); n < 3 || !strings.Contains(f.restores[n-1], "-F "+chainCanary) || strings.Contains(f.restores[n-1], ":"+chainServices) {
+		t.Errorf("the last periodic restore was not a canary check:\n%s", f.restores[len(f.restores)-1])
+	}
+	full := histogramCount(t, "kubeproxy_sync_full_proxy_rules_duration_seconds", "ip_family", metrics.IPv4) - full0
+	partial := histogramCount(t, "kubeproxy_sync_partial_proxy_rules_duration_seconds", "ip_family", metrics.IPv4) - partial0
+	if full != 1 || partial < 2 {
+		t.Errorf("recorded %d full and %d partial syncs; want 1 full and at least 2 partial", full, partial)
+	}
+}
