@@ -23,7 +23,8 @@ type ClusterBatch struct {
 // into apply, one batch at a time: the next batch is asked for only when
 // apply returned, so it holds everything that changed meanwhile. It
 // reconnects and resumes by itself, and returns when ctx ends (nil), the
-// server refuses the watch, or apply fails.
+// server refuses the watch, a limit is exceeded (a message over the receive
+// limit: ResourceExhausted), or apply fails.
 func WatchCluster(ctx context.Context, conn *grpc.ClientConn, apply func(ClusterBatch) error, opts ...Option) error {
 	o := buildOptions(opts)
 	client := globalv1.NewWatchClient(conn)

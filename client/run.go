@@ -35,9 +35,11 @@ import (
 type Handler func(ctx context.Context, state *backend.State, changes backend.Changes) error
 
 // Run feeds handler with nodeName's view from the server at target until
-// ctx ends (returning nil) or the server refuses the watch. Connection
-// failures are retried forever; a failing handler is retried with backoff
-// and Changes.Reset, as backend.Run does.
+// ctx ends (returning nil), the server refuses the watch, or a limit is
+// exceeded (ResourceExhausted: a message over the receive limit, or a
+// server at its bound of node views), which no retry would change.
+// Connection failures are retried forever; a failing handler is retried
+// with backoff and Changes.Reset, as backend.Run does.
 func Run(ctx context.Context, target, nodeName string, handler Handler, opts ...Option) error {
 	return RunBackend(ctx, target, nodeName, backend.Func(handler), opts...)
 }

@@ -68,7 +68,8 @@ func (s *session[O]) applied(instance, revision uint64) {
 }
 
 // next returns the next batch, reconnecting (with backoff) as long as it
-// takes. It fails only when ctx ends or the server refuses the request.
+// takes. It fails only when ctx ends, the server refuses the request, or a
+// limit is exceeded (ResourceExhausted), which no retry would change.
 func (s *session[O]) next(ctx context.Context) (batch[O], error) {
 	log := klog.FromContext(ctx).WithValues("api", s.name)
 	for {
@@ -91,6 +92,10 @@ func (s *session[O]) next(ctx context.Context) (batch[O], error) {
 		switch status.Code(err) {
 		case codes.InvalidArgument, codes.Unimplemented, codes.PermissionDenied, codes.Unauthenticated:
 			return batch[O]{}, fmt.Errorf("watch refused: %w", err)
+		case codes.ResourceExhausted:
+			// A message over this client's receive limit, or a server at its
+			// bound of node views: trying again would fetch the same.
+			return batch[O]{}, fmt.Errorf("watch failed, not retried: %w", err)
 		}
 		wait := min(s.o.minBackoff<<min(s.failures, 16), s.o.maxBackoff)
 		s.failures++

@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -117,5 +118,33 @@ func TestFeedResumesFromTheLastAppliedBatch(t *testing.T) {
 	want := []string{"stream 0 request 0 from (0, 0)", "stream 0 request 1 from (7, 1)", "stream 1 request 0 from (7, 1)"}
 	if got := srv.seen(); !slices.Equal(got, want) {
 		t.Errorf("requests:\n%q\nwant\n%q", got, want)
+	}
+}
+
+// A message over the client's receive limit would come again with every
+// attempt: the feed fails, naming the limit, instead of fetching the same
+// batch again forever.
+func TestFeedFailsOnAMessageOverItsLimit(t *testing.T) {
+	big := &localv1.Service{Namespace: "ns", Name: "big", Family: localv1.IPFamily_IPV4, ClusterIp: "10.96.0.1"}
+	for i := range 200 {
+		big.ExternalIps = append(big.ExternalIps, fmt.Sprintf("172.16.0.%d", i))
+	}
+	srv := &scriptedServer{answer: func(int, int, *localv1.WatchRequest) []*localv1.Op {
+		return []*localv1.Op{{Op: &localv1.Op_SetService{SetService: big}}, syncOp(7, 1)}
+	}}
+	f, err := NewFeed(serveScripted(t, srv), "node-1", WithBackoff(time.Millisecond, 10*time.Millisecond),
+		WithDialOptions(grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<10))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _, err = f.Next(ctx)
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "larger than max") {
+		t.Fatalf("got %v, want an error naming the receive limit", err)
+	}
+	if got := srv.seen(); len(got) != 1 {
+		t.Errorf("the client asked %d times: %q", len(got), got)
 	}
 }
