@@ -34,7 +34,12 @@ func WithOnBatch(fn func(Batch)) Option { return func(o *options) { o.onBatch = 
 
 // Feed is a backend.Feed of a node's view received from a kpng server over
 // the localv1 Watch API. It reconnects by itself and resumes where it was,
-// so a backend it feeds sees a reset only when the server restarted.
+// so that after a short disconnection a backend it feeds receives only what
+// changed. It receives a reset (Changes.Reset, and the whole view) when the
+// server cannot give the change: the server restarted, the feed was away
+// longer than the server keeps an unwatched node's view
+// (server.Options.IdleViewTimeout), or it fell behind the server's bounded
+// history (server.Options.HistorySize).
 //
 // Delivery is paced by Next: the feed asks the server for a batch only when
 // Next is called, and that batch then holds everything that changed since
