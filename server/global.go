@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"k8s.io/klog/v2"
 
@@ -188,7 +189,7 @@ func (g globalService) Watch(stream globalv1.Watch_WatchServer) error {
 	}}
 	for {
 		if _, err := c.j.wait(ctx, from); err != nil {
-			return err
+			return status.FromContextError(err).Err()
 		}
 		items, rev, reset := c.j.since(from)
 		if reset {
