@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -59,10 +60,12 @@ type LoadOptions struct {
 // must be KubeProxyConfiguration), applies that version's defaults and
 // converts it to the hub.
 //
-// Decoding is strict: unknown fields, duplicate fields (in YAML or JSON) and
-// fields spelled with the wrong case are errors that name the field. The one
-// exception is a v1alpha2 file that sets configHardFail: false, which asks
-// for warnings instead; Load then decodes leniently and reports what it
+// Decoding is strict: unknown fields, duplicate fields (in YAML or JSON),
+// fields spelled with the wrong case and values of the wrong type
+// ("syncPeriod: abc", "maxPerCore: x") are errors that name the field by its
+// path. The one exception is a v1alpha2 file that sets configHardFail: false,
+// which asks for warnings instead; Load then decodes leniently (a value of
+// the wrong type leaves its field at the default) and reports what it
 // ignored in Warnings.
 //
 // A YAML file may hold several documents separated by "---" lines (a kubeadm
@@ -166,7 +169,7 @@ func splitDocuments(data []byte) ([]document, error) {
 
 // loadDocument is LoadWith for a single document.
 func loadDocument(data []byte, opts LoadOptions) (*Loaded, error) {
-	var problems []string // strictness violations, fatal unless configHardFail is false
+	var problems []string // strictness violations, fatal unless configHardFail is false (with the wrong values decodeStrict finds)
 
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
@@ -197,12 +200,11 @@ func loadDocument(data []byte, opts LoadOptions) (*Loaded, error) {
 
 	switch apiVersion {
 	case v1alpha1.APIVersion:
-		var obj kpv1alpha1.KubeProxyConfiguration
-		strict, err := decodeStrict(js, &obj)
+		obj, strict, wrong, err := decodeStrict[kpv1alpha1.KubeProxyConfiguration](js, raw)
 		if err != nil {
 			return nil, err
 		}
-		if problems = append(problems, strict...); len(problems) > 0 {
+		if problems = slices.Concat(problems, strict, wrong); len(problems) > 0 {
 			// v1alpha1 has no configHardFail: strictness errors are fatal.
 			return nil, strictError(problems)
 		}
@@ -210,7 +212,7 @@ func loadDocument(data []byte, opts LoadOptions) (*Loaded, error) {
 		if opts.Mode != nil {
 			obj.Mode = kpv1alpha1.ProxyMode(*opts.Mode)
 		}
-		cfg, warnings, err := FromV1Alpha1(&obj)
+		cfg, warnings, err := FromV1Alpha1(obj)
 		if err != nil {
 			if obj.Mode != fileMode {
 				err = fmt.Errorf("with mode %q from the command line (the file says %q): %w", obj.Mode, fileMode, err)
@@ -220,22 +222,25 @@ func loadDocument(data []byte, opts LoadOptions) (*Loaded, error) {
 		return &Loaded{Config: cfg, APIVersion: apiVersion, Set: setFromV1Alpha1(raw, ProxyMode(obj.Mode)), Warnings: warnings}, nil
 
 	case v1alpha2.APIVersion:
-		var obj v1alpha2.KubeProxyConfiguration
-		strict, err := decodeStrict(js, &obj)
+		obj, strict, wrong, err := decodeStrict[v1alpha2.KubeProxyConfiguration](js, raw)
 		if err != nil {
 			return nil, err
 		}
 		problems = append(problems, strict...)
 		var warnings []string
-		if len(problems) > 0 {
+		if len(problems) > 0 || len(wrong) > 0 {
+			// A configHardFail of the wrong type was dropped: true.
 			if obj.ConfigHardFail == nil || *obj.ConfigHardFail {
-				return nil, strictError(problems)
+				return nil, strictError(slices.Concat(problems, wrong))
 			}
 			for _, p := range problems {
 				warnings = append(warnings, "ignored (configHardFail is false): "+p)
 			}
+			for _, w := range wrong {
+				warnings = append(warnings, "reset to its default (configHardFail is false): "+w)
+			}
 		}
-		cfg := FromV1Alpha2(&obj) // v1alpha2 has no per-mode sections: mode changes nothing else
+		cfg := FromV1Alpha2(obj) // v1alpha2 has no per-mode sections: mode changes nothing else
 		if opts.Mode != nil {
 			cfg.Mode = *opts.Mode
 		}
@@ -246,19 +251,39 @@ func loadDocument(data []byte, opts LoadOptions) (*Loaded, error) {
 	}
 }
 
-// decodeStrict decodes js into obj case-sensitively. It returns the
-// strictness violations (unknown and duplicate fields, each naming its field
-// path) separately from hard errors (malformed JSON, wrong value types).
-func decodeStrict(js []byte, obj any) ([]string, error) {
+// decodeStrict decodes js, a document decoded as doc, into a new T
+// case-sensitively. Separately from hard errors, it returns the strictness
+// violations (unknown fields) and the values their field's type cannot hold
+// ("syncPeriod: abc"), each naming its field path. A value of the wrong type
+// is deleted from doc so that its field keeps its default, as an invalid
+// value is reset with configHardFail: false; doc is left as what was
+// decoded. (Duplicate fields were found in the YAML already.)
+func decodeStrict[T any](js []byte, doc map[string]any) (obj *T, strict, wrong []string, err error) {
+	obj = new(T)
 	strictErrs, err := sigsjson.UnmarshalStrict(js, obj, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
 	if err != nil {
-		return nil, fmt.Errorf("decoding configuration: %w", err)
+		// The decoder stops at the first wrong value: find them all by
+		// their path, drop them, and decode what is left.
+		values := wrongValues(doc, reflect.TypeFor[T]())
+		if len(values) == 0 || slices.ContainsFunc(values, func(w wrongValue) bool { return len(w.drop) == 0 }) {
+			return nil, nil, nil, fmt.Errorf("decoding configuration: %w", err)
+		}
+		dropValues(doc, values)
+		for _, w := range values {
+			wrong = append(wrong, w.String())
+		}
+		if js, err = json.Marshal(doc); err != nil {
+			return nil, nil, nil, fmt.Errorf("decoding configuration: %w", err)
+		}
+		obj = new(T)
+		if strictErrs, err = sigsjson.UnmarshalStrict(js, obj, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields); err != nil {
+			return nil, nil, nil, fmt.Errorf("decoding configuration: %w (after dropping %s)", err, strings.Join(wrong, "; "))
+		}
 	}
-	problems := make([]string, 0, len(strictErrs))
 	for _, e := range strictErrs {
-		problems = append(problems, e.Error())
+		strict = append(strict, e.Error())
 	}
-	return problems, nil
+	return obj, strict, wrong, nil
 }
 
 // strictError joins strictness violations into one error.

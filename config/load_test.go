@@ -24,6 +24,13 @@ func TestLoadRejects(t *testing.T) {
 		{name: "a duplicate JSON key is named", doc: `{"apiVersion":"kubeproxy.config.k8s.io/v1alpha2","kind":"KubeProxyConfiguration","linux":{"conntrack":{"min":1,"min":2}}}`, wantErr: []string{`duplicate field "linux.conntrack.min"`}},
 		{name: "field names are case-sensitive", doc: v1alpha2Header + "Mode: ipvs\n", wantErr: []string{"unknown field", "Mode"}},
 		{name: "a wrong value type is an error", doc: v1alpha2Header + "syncPeriod: [1]\n", wantErr: []string{"syncPeriod"}},
+		{name: "a value its own decoder refuses is named by its path", doc: v1alpha2Header + "syncPeriod: abc\n", wantErr: []string{`field "syncPeriod"`, `invalid value "abc"`, "invalid duration"}},
+		{name: "a nested wrong type is named by its path", doc: v1alpha2Header + "linux: {conntrack: {maxPerCore: \"x\"}}\n", wantErr: []string{`field "linux.conntrack.maxPerCore"`, "int32"}},
+		{name: "a wrong type in v1alpha1 is fatal and named", doc: v1alpha1Header + "conntrack: {maxPerCore: \"x\"}\n", wantErr: []string{`field "conntrack.maxPerCore"`}},
+		{name: "a wrong type in a list element is named by its index", doc: v1alpha2Header + "logging: {vmodule: [{filePattern: a, verbosity: 1}, {filePattern: b, verbosity: x}]}\n", wantErr: []string{`field "logging.vmodule[1].verbosity"`}},
+		{name: "a configHardFail of the wrong type is named and counts as true", doc: v1alpha2Header + "configHardFail: \"no\"\nsyncPeriod: abc\n", wantErr: []string{`field "configHardFail"`, `field "syncPeriod"`}},
+		{name: "every wrong value and unknown field is named at once", doc: v1alpha2Header + "syncPeriod: abc\nbogus: 1\nlogging: {flushFrequency: soon}\nfeatureGates: {A: 3}\n",
+			wantErr: []string{`field "syncPeriod"`, `unknown field "bogus"`, `field "logging.flushFrequency"`, `field "featureGates.A"`}},
 		{name: "an unknown apiVersion is named", doc: "apiVersion: kubeproxy.config.k8s.io/v1beta1\nkind: KubeProxyConfiguration\n", wantErr: []string{"apiVersion", "v1beta1"}},
 		{name: "a missing apiVersion is an error", doc: "kind: KubeProxyConfiguration\n", wantErr: []string{"apiVersion"}},
 		{name: "another kind is an error", doc: "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeletConfiguration\n", wantErr: []string{"kind", "KubeletConfiguration"}},
@@ -64,6 +71,49 @@ func TestLoadWithConfigHardFailFalseWarnsAboutStrictness(t *testing.T) {
 		if !strings.Contains(joined, s) {
 			t.Errorf("warnings %q do not mention %q", l.Warnings, s)
 		}
+	}
+}
+
+// TestLoadWithConfigHardFailFalseResetsWrongTypes checks that with
+// configHardFail: false a value of the wrong type is a warning naming its
+// field, and the field keeps its default while the rest of the file is used.
+func TestLoadWithConfigHardFailFalseResetsWrongTypes(t *testing.T) {
+	l := mustLoad(t, v1alpha2Header+`configHardFail: false
+mode: nftables
+syncPeriod: abc
+minSyncPeriod: 2s
+linux:
+  conntrack: {maxPerCore: "x", min: 5}
+  oomScoreAdj: [1]
+featureGates: {A: 3, B: true}
+logging:
+  verbosity: 3
+  vmodule: [{filePattern: a, verbosity: 1}, {filePattern: b, verbosity: x}]
+clientConnection: {qps: fast, burst: 7}
+`)
+	d, c := Default(), l.Config
+	if c.SyncPeriod != d.SyncPeriod || c.Linux.Conntrack.MaxPerCore != d.Linux.Conntrack.MaxPerCore || c.Linux.OOMScoreAdj != d.Linux.OOMScoreAdj ||
+		c.Logging.VModule != nil || c.ClientConnection.QPS != d.ClientConnection.QPS {
+		t.Errorf("wrong values not defaulted: syncPeriod %v, maxPerCore %d, oomScoreAdj %d, vmodule %v, qps %v",
+			c.SyncPeriod, c.Linux.Conntrack.MaxPerCore, c.Linux.OOMScoreAdj, c.Logging.VModule, c.ClientConnection.QPS)
+	}
+	if c.Mode != ProxyModeNFTables || c.MinSyncPeriod != 2*time.Second || c.Linux.Conntrack.Min != 5 || c.Logging.Verbosity != 3 ||
+		c.ClientConnection.Burst != 7 || len(c.FeatureGates) != 1 || !c.FeatureGates["B"] {
+		t.Errorf("good values lost: %+v", c)
+	}
+	joined := strings.Join(l.Warnings, "\n")
+	for _, s := range []string{`"syncPeriod"`, `"linux.conntrack.maxPerCore"`, `"linux.oomScoreAdj"`, `"featureGates.A"`, `"logging.vmodule[1].verbosity"`, `"clientConnection.qps"`, "reset to its default"} {
+		if !strings.Contains(joined, s) {
+			t.Errorf("warnings %q do not mention %s", l.Warnings, s)
+		}
+	}
+	for _, p := range []string{"syncPeriod", "linux.conntrack.maxPerCore", "logging.vmodule", "featureGates.A"} {
+		if l.Set.Has(p) {
+			t.Errorf("Set has %s, which kept its default", p)
+		}
+	}
+	if !l.Set.Has("linux.conntrack.min") || !l.Set.Has("featureGates.B") {
+		t.Errorf("Set = %q lost the good fields", l.Set.List())
 	}
 }
 

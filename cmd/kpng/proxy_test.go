@@ -344,6 +344,26 @@ func TestConfigHardFail(t *testing.T) {
 			t.Fatalf("err = %v, want one naming bogus", err)
 		}
 	})
+	t.Run("true: a value of the wrong type is an error naming the field", func(t *testing.T) {
+		file := writeFile(t, "types.yaml", v1alpha2Header+"syncPeriod: abc\nlinux: {conntrack: {maxPerCore: x}}\n")
+		err := runCommand(context.Background(), testRoot(failingDeps(t)), "proxy", "--config", file, "--write-config-to", filepath.Join(t.TempDir(), "out"))
+		if err == nil {
+			t.Fatal("succeeded, want an error")
+		}
+		for _, s := range []string{file, `"syncPeriod"`, `"linux.conntrack.maxPerCore"`} {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("error %q does not mention %s", err, s)
+			}
+		}
+	})
+	t.Run("false: a value of the wrong type gets its default, the rest is kept", func(t *testing.T) {
+		file := writeFile(t, "soft-types.yaml", v1alpha2Header+"configHardFail: false\nmode: nftables\nsyncPeriod: abc\nlinux: {conntrack: {maxPerCore: x, min: 5}}\n")
+		c := resolved(t, "proxy", "--config", file)
+		d := config.Default()
+		if c.SyncPeriod != d.SyncPeriod || c.Linux.Conntrack.MaxPerCore != d.Linux.Conntrack.MaxPerCore || c.Linux.Conntrack.Min != 5 || c.Mode != config.ProxyModeNFTables {
+			t.Errorf("got syncPeriod %v, maxPerCore %d, min %d, mode %q", c.SyncPeriod, c.Linux.Conntrack.MaxPerCore, c.Linux.Conntrack.Min, c.Mode)
+		}
+	})
 	t.Run("false: invalid fields get their defaults, the rest is kept", func(t *testing.T) {
 		file := writeFile(t, "soft.yaml", v1alpha2Header+"configHardFail: false\nbogus: 1\n"+bad)
 		c := resolved(t, "proxy", "--config", file)
