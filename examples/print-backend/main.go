@@ -11,8 +11,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -77,7 +79,7 @@ func (p *printer) sync(_ context.Context, st *backend.State, ch backend.Changes)
 		se := st.Services[k]
 		svc := se.Service
 		for _, port := range svc.Ports {
-			fmt.Fprintf(p.out, "set %s %s %s:%d", k, strings.ToLower(port.Protocol.String()), svc.ClusterIp, port.Port)
+			fmt.Fprintf(p.out, "set %s %s %s", k, strings.ToLower(port.Protocol.String()), hostPort(svc.ClusterIp, port.Port))
 			if port.NodePort != 0 {
 				fmt.Fprintf(p.out, " nodePort=%d", port.NodePort)
 			}
@@ -99,7 +101,7 @@ func targets(se *localv1.ServiceEndpoints, port *localv1.ServicePort, policy loc
 			continue
 		}
 		if (policy == localv1.TrafficPolicy_LOCAL && ep.InLocalSet) || (policy == localv1.TrafficPolicy_CLUSTER && ep.InClusterSet) {
-			fmt.Fprintf(&b, " %s:%d", ep.Ip, ep.Port)
+			fmt.Fprintf(&b, " %s", hostPort(ep.Ip, ep.Port))
 		}
 	}
 	if b.Len() == 0 {
@@ -107,3 +109,6 @@ func targets(se *localv1.ServiceEndpoints, port *localv1.ServicePort, policy loc
 	}
 	return b.String()
 }
+
+// hostPort is "ip:port", with an IPv6 address in brackets.
+func hostPort(ip string, port int32) string { return net.JoinHostPort(ip, strconv.Itoa(int(port))) }

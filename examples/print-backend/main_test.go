@@ -60,7 +60,7 @@ func TestPrintsTheViewFromAServer(t *testing.T) {
 		"# revision 1 (reset=true",
 		"node node-1 zone=\"zone-a\"",
 		"set default/web/v4 tcp 10.96.0.10:80 ->",
-		"set default/web/v6 tcp fd00:10:96::10:80 ->",
+		"set default/web/v6 tcp [fd00:10:96::10]:80 -> [fd00:10:244:1::5]:8080 [fd00:10:244:2::7]:8080",
 	}
 	deadline := time.Now().Add(time.Minute) // a hang guard, not a speed check
 	for !containsAll(out.String(), want) {
