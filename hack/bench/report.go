@@ -7,11 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
-	"gonum.org/v1/plot/vg"
 )
 
 // The generated part of BENCHMARKS.md sits between these markers; what is
@@ -125,7 +120,7 @@ func sizeSection(b *strings.Builder, r *SizeResult) {
 	}
 	row("cold start: first complete sync (s)", func(p *ProxyResult) float64 { return nz(p.FirstSyncSeconds) }, f1)
 	row("cold start: CPU until that sync (s)", func(p *ProxyResult) float64 { return nz(p.ColdStartCPUSeconds) }, f1)
-	row("cold start: RSS at that sync (MB)", func(p *ProxyResult) float64 { return nz(p.RSSAfterStartMB) }, f0)
+	row("cold start: RSS at that sync (MiB)", func(p *ProxyResult) float64 { return nz(p.RSSAfterStartMB) }, f0)
 	row("churn: syncs", phase(phaseChurn, func(ph *PhaseResult) float64 { return ph.Syncs }), f0)
 	row("churn: sync duration p50 (s)", phase(phaseChurn, func(ph *PhaseResult) float64 { return nz(ph.SyncP50) }), f3)
 	row("churn: sync duration p99 (s)", phase(phaseChurn, func(ph *PhaseResult) float64 { return nz(ph.SyncP99) }), f3)
@@ -142,8 +137,8 @@ func sizeSection(b *strings.Builder, r *SizeResult) {
 	row("create: caught up after (s)", phase(phaseCreate, caughtUp), f1)
 	row("create: network programming p99 (s)", phase(phaseCreate, func(ph *PhaseResult) float64 { return nz(ph.NetProgP99) }), f2)
 	row("delete: caught up after (s)", phase(phaseDelete, caughtUp), f1)
-	row("RSS at the end (MB)", func(p *ProxyResult) float64 { return nz(p.RSSEndMB) }, f0)
-	row("peak RSS (MB)", func(p *ProxyResult) float64 { return nz(p.PeakRSSMB) }, f0)
+	row("RSS at the end (MiB)", func(p *ProxyResult) float64 { return nz(p.RSSEndMB) }, f0)
+	row("peak RSS (MiB)", func(p *ProxyResult) float64 { return nz(p.PeakRSSMB) }, f0)
 	probeRow := func(i int, what string, get func(ProbeResult) float64, format func(float64) string) {
 		row(what, func(p *ProxyResult) float64 {
 			if i >= len(p.Probes) {
@@ -213,7 +208,7 @@ func targetsSection(b *strings.Builder, results []*SizeResult) {
 		{"network programming p99 under churn (s)", churn(func(ph *PhaseResult) float64 { return nz(ph.NetProgP99) }), f2, 0.1},
 		{"sync time per change (ms)", churn(func(ph *PhaseResult) float64 { return 1000 * ph.SyncSumSeconds / float64(ph.Changes) }), f1, 0.01},
 		{"CPU during churn (s)", churn(func(ph *PhaseResult) float64 { return ph.CPUSeconds }), f1, 0.1},
-		{"RSS at the end (MB)", func(p *ProxyResult) float64 { return nz(p.RSSEndMB) }, f0, 0.5},
+		{"RSS at the end (MiB)", func(p *ProxyResult) float64 { return nz(p.RSSEndMB) }, f0, 0.5},
 		{"cold start (s)", func(p *ProxyResult) float64 { return nz(p.FirstSyncSeconds) }, f1, 0.5},
 	} {
 		kv, rv := value(k, t.get), value(ref, t.get)
@@ -278,13 +273,7 @@ func loadRange(l []float64) string {
 	return fmt.Sprintf("%.1f to %.1f", slices.Min(l), slices.Max(l))
 }
 
-func thousands(n int) string {
-	s := fmt.Sprint(n)
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s
-}
+func thousands(n int) string { return thousands64(int64(n)) }
 
 // writePlots draws each figure against the number of services, one line
 // per proxy, and returns the files' names.
@@ -297,64 +286,40 @@ func writePlots(dir string, results []*SizeResult) ([]string, error) {
 			return math.NaN()
 		}
 	}
-	figs := []struct {
-		file, title, ylabel string
-		get                 func(*ProxyResult) float64
-	}{
-		{"network-programming-p99.png", "Network programming latency p99 under churn", "seconds",
-			churn(func(ph *PhaseResult) float64 { return nz(ph.NetProgP99) })},
-		{"sync-duration-p50.png", "Sync duration p50 under churn", "seconds",
-			churn(func(ph *PhaseResult) float64 { return nz(ph.SyncP50) })},
-		{"cpu-churn.png", "CPU seconds during the churn", "CPU seconds",
-			churn(func(ph *PhaseResult) float64 { return ph.CPUSeconds })},
-		{"rss.png", "Resident memory at the end of the run", "MB",
-			func(p *ProxyResult) float64 { return nz(p.RSSEndMB) }},
+	probe := func(i int, get func(ProbeResult) float64) func(*ProxyResult) float64 {
+		return func(p *ProxyResult) float64 {
+			if i >= len(p.Probes) {
+				return math.NaN()
+			}
+			return get(p.Probes[i])
+		}
+	}
+	churnFor := fmt.Sprintf("%.0f s", results[len(results)-1].ChurnSeconds)
+	figs := []figure{
+		{"network-programming-p99.png", "Network programming latency p99 under churn (interpolated in kube-proxy's buckets)", "seconds",
+			[]panel{{"", churn(func(ph *PhaseResult) float64 { return nz(ph.NetProgP99) })}}, false},
+		{"sync-duration-p50.png", "Sync duration p50 under churn", "milliseconds",
+			[]panel{{"", churn(func(ph *PhaseResult) float64 { return 1000 * nz(ph.SyncP50) })}}, false},
+		{"cpu-churn.png", "CPU used during the churn (" + churnFor + " of updates, until caught up)", "CPU seconds",
+			[]panel{{"", churn(func(ph *PhaseResult) float64 { return ph.CPUSeconds })}}, false},
+		{"rss.png", "Resident memory (VmRSS) at the end of the run", "MiB",
+			[]panel{{"", func(p *ProxyResult) float64 { return nz(p.RSSEndMB) }}}, false},
 		{"cold-start.png", "Cold start: time to the first complete sync", "seconds",
-			func(p *ProxyResult) float64 { return nz(p.FirstSyncSeconds) }},
-		{"dataplane-connect.png", "Connect time to a ClusterIP (p50)", "microseconds",
-			func(p *ProxyResult) float64 {
-				if len(p.Probes) == 0 {
-					return math.NaN()
-				}
-				return p.Probes[0].P50Micros
-			}},
+			[]panel{{"", func(p *ProxyResult) float64 { return nz(p.FirstSyncSeconds) }}}, false},
+		{"dataplane-connect.png", "TCP connect time p50 to a ClusterIP, from the node (SYN out, SYN-ACK back)", "microseconds",
+			[]panel{{"", probe(0, func(p ProbeResult) float64 { return p.P50Micros })}}, true},
+		{"dataplane-rate.png", "New TCP connections per second to a ClusterIP, one at a time", "connections per second",
+			[]panel{{"", probe(0, func(p ProbeResult) float64 { return p.PerSecond })}}, true},
 	}
 	var files []string
 	for _, f := range figs {
-		p := plot.New()
-		p.Title.Text = f.title
-		p.X.Label.Text = "services (x 10 endpoints, log scale)"
-		p.X.Scale = plot.LogScale{}
-		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-		p.Y.Label.Text = f.ylabel + " (log scale)"
-		p.Y.Scale = plot.LogScale{}
-		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-		p.Legend.Top = true
-		p.Legend.Left = true
-		var args []any
-		for _, k := range proxyKinds {
-			var xys plotter.XYs
-			for _, r := range results {
-				if pr := r.proxy(k.Name); pr != nil {
-					if v := f.get(pr); v > 0 && !math.IsInf(v, 0) {
-						xys = append(xys, plotter.XY{X: float64(r.Services), Y: v})
-					}
-				}
-			}
-			if len(xys) > 0 {
-				args = append(args, k.Name, xys)
-			}
+		drawn, err := f.save(dir, results)
+		if err != nil {
+			return nil, err
 		}
-		if len(args) == 0 {
-			continue
+		if drawn {
+			files = append(files, f.file)
 		}
-		if err := plotutil.AddLinePoints(p, args...); err != nil {
-			return nil, fmt.Errorf("%s: %w", f.file, err)
-		}
-		if err := p.Save(7*vg.Inch, 4.5*vg.Inch, filepath.Join(dir, f.file)); err != nil {
-			return nil, fmt.Errorf("%s: %w", f.file, err)
-		}
-		files = append(files, f.file)
 	}
 	return files, nil
 }

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// sampleResults are made-up results at four sizes, shaped like a real run:
+// kube-proxy's costs grow with the number of services, kpng's less.
+func sampleResults() []*SizeResult {
+	var out []*SizeResult
+	for _, n := range []int{100, 1000, 5000, 10000} {
+		f := float64(n) / 1000
+		r := &SizeResult{Services: n, EndpointsPerService: 10, Started: time.Date(2026, 11, 24, 1, 0, 0, 0, time.UTC),
+			Finished: time.Date(2026, 11, 24, 1, 9, 0, 0, time.UTC), Command: "hack/bench.sh", KpngCommit: "0123456789ab",
+			Versions: Versions{KubeProxy: "Kubernetes v1.36.3", KubeAPIServer: "Kubernetes v1.36.3"},
+			Machine:  Machine{CPUModel: "AMD EPYC", Cores: 2, Kernel: "6.18"}, PreloadSeconds: 10 * f,
+			ChurnRate: 5, ChurnSeconds: 60, BurstUpdates: 1000, NewServices: 50, ServiceRate: 5, LoadDuring: []float64{3, 5}}
+		for i, k := range proxyKinds {
+			kube := 1.0 // kpng
+			if k.Reference == "" {
+				kube = 3 + f // kube-proxy: grows with the services
+			}
+			p := &ProxyResult{Name: k.Name, Reference: k.Reference, Phases: map[string]*PhaseResult{},
+				FirstSyncSeconds: (1 + f) * kube, ColdStartCPUSeconds: 0.5 * f * kube, RSSAfterStartMB: 40 + 20*f*kube,
+				RSSEndMB: 50 + 25*f*kube, PeakRSSMB: 60 + 30*f*kube}
+			for _, ph := range phases {
+				p.Phases[ph] = &PhaseResult{Changes: 300, Syncs: 60, SyncP50: 0.003 * kube * (1 + f), SyncP99: 0.01 * kube * (1 + f),
+					SyncSumSeconds: 0.2 * kube * (1 + f), NetProgCount: 300, NetProgP50: 0.5 * kube, NetProgP99: 1.5 * kube,
+					CPUSeconds: 0.3 * kube * (1 + f), WallSeconds: 65, CaughtUp: true, CaughtUpSeconds: 62}
+			}
+			connect := 60.0
+			if k.Name == "kube-proxy-iptables" || k.Name == "kpng-iptables" {
+				connect += 0.02 * float64(n) // a linear walk of the services chain
+			}
+			p.Probes = []ProbeResult{
+				{Target: "10.96.0.10:80", Connections: 1000, PerSecond: 1e6 / (connect + 20), P50Micros: connect, P99Micros: 4 * connect},
+				{Target: "10.200.0.2:8080", Connections: 1000, PerSecond: 1e6 / (connect + 15), P50Micros: connect - 5 + float64(i), P99Micros: 3 * connect},
+			}
+			r.Proxies = append(r.Proxies, p)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// The report of a whole run: the page and every plot, which must be PNGs.
+// KPNG_BENCH_TEST_REPORT_DIR keeps them there to be looked at.
+func TestReport(t *testing.T) {
+	dir := os.Getenv("KPNG_BENCH_TEST_REPORT_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	resultsDir := t.TempDir()
+	for _, r := range sampleResults() {
+		if err := writeResult(resultsDir, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// root has no BENCHMARKS.md: the page starts empty.
+	if err := report(t.TempDir(), dir, resultsDir); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "BENCHMARKS.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"network-programming-p99.png", "sync-duration-p50.png", "cpu-churn.png", "rss.png",
+		"cold-start.png", "dataplane-connect.png", "dataplane-rate.png"} {
+		in, err := os.Open(filepath.Join(dir, "docs", "bench", f))
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if _, err := png.Decode(in); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+		in.Close()
+		if !strings.Contains(string(page), "](docs/bench/"+f+")") {
+			t.Errorf("the page does not show %s", f)
+		}
+	}
+}
