@@ -87,17 +87,20 @@ func dial(target string, o options) (*grpc.ClientConn, error) {
 		// A local socket: its file mode is the access control.
 		dopts = append(dopts, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	default:
-		target = "passthrough:///" + strings.TrimPrefix(target, "tcp://")
 		switch {
 		case o.tls != nil:
 			dopts = append(dopts, grpc.WithTransportCredentials(credentials.NewTLS(o.tls)))
 		case o.insecure:
 			dopts = append(dopts, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		default:
-			return nil, fmt.Errorf("dial %s: TCP needs TLS (--api-tls-cert, --api-tls-key, --api-tls-ca) or an explicit --insecure", target)
+			return nil, fmt.Errorf("dial %s: TCP needs TLS (WithTLS) or explicitly plaintext (WithInsecure)", target)
 		}
 	}
-	conn, err := grpc.NewClient(target, append(dopts, o.dial...)...)
+	grpcTarget := target
+	if !strings.HasPrefix(target, "unix://") {
+		grpcTarget = "passthrough:///" + strings.TrimPrefix(target, "tcp://")
+	}
+	conn, err := grpc.NewClient(grpcTarget, append(dopts, o.dial...)...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", target, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -46,7 +47,7 @@ explicit --insecure.`,
 			lopts := server.ListenOptions{SocketMode: os.FileMode(mode), Insecure: insecure}
 			if tlsCert != "" || tlsKey != "" || tlsClientCA != "" {
 				if lopts.TLS, err = server.ServerTLS(tlsCert, tlsKey, tlsClientCA); err != nil {
-					return err
+					return fmt.Errorf("--tls-cert, --tls-key, --tls-client-ca: %w", err)
 				}
 			}
 			src, err := source(sourceOptions{ServiceProxyName: proxyName}) // every node
@@ -98,15 +99,19 @@ func (a *apiFlags) bind(fs *pflag.FlagSet) {
 
 func (a *apiFlags) options() ([]client.Option, error) {
 	var opts []client.Option
-	if a.tlsCert != "" || a.tlsKey != "" || a.tlsCA != "" {
+	secured := a.tlsCert != "" || a.tlsKey != "" || a.tlsCA != ""
+	if secured {
 		cfg, err := client.TLSConfig(a.tlsCert, a.tlsKey, a.tlsCA, a.tlsServerName)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("--api-tls-cert, --api-tls-key, --api-tls-ca: %w", err)
 		}
 		opts = append(opts, client.WithTLS(cfg))
 	}
 	if a.insecure {
 		opts = append(opts, client.WithInsecure())
+	}
+	if !strings.HasPrefix(a.target, "unix://") && !secured && !a.insecure {
+		return nil, fmt.Errorf("--api %s: TCP needs TLS (--api-tls-cert, --api-tls-key, --api-tls-ca) or an explicit --api-insecure", a.target)
 	}
 	return opts, nil
 }
