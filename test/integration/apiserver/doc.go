@@ -18,6 +18,14 @@
 //	./hack/install-test-deps.sh
 //	go test -tags integration ./test/integration/...
 //
+// Beyond the admin's client, a Server hands out a kubeconfig for a
+// ServiceAccount (ServiceAccountKubeconfig: a token the API server issued,
+// with exactly the permissions RBAC grants, such as deploy/rbac.yaml's for
+// kpng, applied with Apply), stops and restarts its kube-apiserver
+// (StopAPIServer, RestartAPIServer: an outage), and starts peers
+// (StartPeer: a second kube-apiserver on the same etcd, through which a
+// test changes the cluster while the first is down).
+//
 // The cluster is dual-stack: Services get cluster IPs from 10.96.0.0/16 and
 // fd00:10:96::/112. Authorization is RBAC (the admin is in system:masters),
 // so that tests can check what a given identity may do, and only the

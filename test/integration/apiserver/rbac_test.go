@@ -3,14 +3,8 @@
 package apiserver
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -20,10 +14,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // TestDeployRBACMatchesNodeProxier applies deploy/rbac.yaml and checks that
@@ -31,21 +23,12 @@ import (
 // kube-proxy (system:node-proxier) grants, and that the ServiceAccount can
 // use it and nothing more. It also shows that the test server enforces RBAC.
 func TestDeployRBACMatchesNodeProxier(t *testing.T) {
-	root, err := repoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs := readManifests(t, filepath.Join(root, "deploy", "rbac.yaml"))
-
 	s := Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
 	var kpngRole *rbacv1.ClusterRole
-	for _, obj := range objs {
-		if err := create(ctx, s.Client, obj); err != nil {
-			t.Fatalf("applying deploy/rbac.yaml: %v", err)
-		}
+	for _, obj := range s.Apply("deploy/rbac.yaml") {
 		if r, ok := obj.(*rbacv1.ClusterRole); ok {
 			kpngRole = r
 		}
@@ -63,9 +46,12 @@ func TestDeployRBACMatchesNodeProxier(t *testing.T) {
 			kpngRole.Name, strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
 	}
 
-	// Act as the ServiceAccount (impersonation adds its groups).
-	config := s.RESTConfig()
-	config.Impersonate.UserName = "system:serviceaccount:kube-system:kpng"
+	// Authenticate as the ServiceAccount, with a token the API server
+	// issued for it.
+	config, err := clientcmd.BuildConfigFromFlags("", s.ServiceAccountKubeconfig("kube-system", "kpng"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	sa, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		t.Fatal(err)
@@ -123,50 +109,6 @@ func TestDeployRBACMatchesNodeProxier(t *testing.T) {
 			t.Errorf("kpng ServiceAccount: %s: got %v, want Forbidden", name, err)
 		}
 	}
-}
-
-// readManifests decodes every object in a multi-document YAML file.
-func readManifests(t *testing.T, path string) []runtime.Object {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var objs []runtime.Object
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return objs
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		if len(bytes.TrimSpace(doc)) == 0 {
-			continue
-		}
-		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		objs = append(objs, obj)
-	}
-}
-
-// create creates one of the object kinds deploy/rbac.yaml holds.
-func create(ctx context.Context, c kubernetes.Interface, obj runtime.Object) error {
-	var err error
-	switch o := obj.(type) {
-	case *corev1.ServiceAccount:
-		_, err = c.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-	case *rbacv1.ClusterRole:
-		_, err = c.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
-	case *rbacv1.ClusterRoleBinding:
-		_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
-	default:
-		return fmt.Errorf("unexpected %T", obj)
-	}
-	return err
 }
 
 // ruleSet flattens rules into sorted "group/resource verb" grants, so that

@@ -73,11 +73,15 @@ type Server struct {
 	config *rest.Config
 	http   *http.Client // for /readyz
 
+	creds     *credentials
+	extraArgs []string // WithAPIServerArgs, for peers too
+
 	mu        sync.Mutex
 	etcd      *process
 	apiServer *process
 	apiArgs   []string // to restart kube-apiserver identically
 	apiPort   int
+	peers     []*Peer
 }
 
 // Start starts etcd and kube-apiserver and waits until kube-apiserver is
@@ -121,6 +125,7 @@ func (s *Server) start(o options) error {
 	if err != nil {
 		return err
 	}
+	s.creds, s.extraArgs = creds, o.apiServerArgs
 	for attempt := 1; ; attempt++ {
 		ports, err := freePorts(1)
 		if err != nil {
@@ -128,10 +133,10 @@ func (s *Server) start(o options) error {
 		}
 		s.apiPort = ports[0]
 		s.URL = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.apiPort))
-		if err := s.writeClientConfig(creds); err != nil {
+		if err := s.writeClientConfig(); err != nil {
 			return err
 		}
-		s.apiArgs = append(s.apiServerArgs(creds), o.apiServerArgs...)
+		s.apiArgs = append(s.apiServerArgs(s.apiPort, s.dir), s.extraArgs...)
 		err = s.startAPIServer()
 		if err == nil {
 			break
@@ -197,13 +202,14 @@ func (s *Server) startEtcd() error {
 	}
 }
 
-// apiServerArgs returns kube-apiserver's flags. The reasons for the less
-// obvious ones are in the comments.
-func (s *Server) apiServerArgs(c *credentials) []string {
+// apiServerArgs returns the flags of a kube-apiserver serving on port. The
+// reasons for the less obvious ones are in the comments.
+func (s *Server) apiServerArgs(port int, certDir string) []string {
+	c := s.creds
 	return []string{
 		"--etcd-servers=" + s.EtcdURL,
 		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(s.apiPort),
+		"--secure-port=" + strconv.Itoa(port),
 		// Without an advertise address kube-apiserver picks the host's
 		// first interface address (and fails on a host without one), and
 		// publishes it as the endpoint of Service default/kubernetes.
@@ -212,7 +218,7 @@ func (s *Server) apiServerArgs(c *credentials) []string {
 		// proxy under test must not send traffic anywhere but loopback.
 		"--advertise-address=127.0.0.1",
 		"--endpoint-reconciler-type=none",
-		"--cert-dir=" + s.dir,
+		"--cert-dir=" + certDir,
 		"--tls-cert-file=" + c.servingCertFile,
 		"--tls-private-key-file=" + c.servingKeyFile,
 		"--token-auth-file=" + c.tokenFile,
@@ -250,25 +256,12 @@ var defaultAdmissionPluginsOff = []string{
 
 // writeClientConfig writes the admin kubeconfig and builds the client from
 // it, so that the file tests hand to other programs is the one in use.
-func (s *Server) writeClientConfig(c *credentials) error {
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["kpng-test"] = &clientcmdapi.Cluster{Server: s.URL, CertificateAuthorityData: c.caPEM}
-	kc.AuthInfos[AdminUser] = &clientcmdapi.AuthInfo{Token: c.adminToken}
-	kc.Contexts["kpng-test"] = &clientcmdapi.Context{Cluster: "kpng-test", AuthInfo: AdminUser}
-	kc.CurrentContext = "kpng-test"
+func (s *Server) writeClientConfig() error {
 	s.KubeconfigPath = filepath.Join(s.dir, "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, s.KubeconfigPath); err != nil {
-		return fmt.Errorf("writing kubeconfig: %w", err)
-	}
-
-	config, err := clientcmd.BuildConfigFromFlags("", s.KubeconfigPath)
+	config, err := s.writeKubeconfig(s.KubeconfigPath, s.URL, AdminUser, s.creds.adminToken)
 	if err != nil {
-		return fmt.Errorf("loading kubeconfig %s: %w", s.KubeconfigPath, err)
+		return err
 	}
-	// client-go's default of 5 requests per second would make tests
-	// measure the client, not the code under test.
-	config.QPS, config.Burst = 1000, 2000
-	config.UserAgent = "kpng-integration-test"
 	s.config = config
 	if s.Client, err = kubernetes.NewForConfig(rest.CopyConfig(config)); err != nil {
 		return fmt.Errorf("creating client: %w", err)
@@ -277,6 +270,28 @@ func (s *Server) writeClientConfig(c *credentials) error {
 		return fmt.Errorf("creating HTTP client: %w", err)
 	}
 	return nil
+}
+
+// writeKubeconfig writes a kubeconfig for the kube-apiserver at url, with a
+// bearer token, and loads it back.
+func (s *Server) writeKubeconfig(path, url, user, token string) (*rest.Config, error) {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["kpng-test"] = &clientcmdapi.Cluster{Server: url, CertificateAuthorityData: s.creds.caPEM}
+	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
+	kc.Contexts["kpng-test"] = &clientcmdapi.Context{Cluster: "kpng-test", AuthInfo: user}
+	kc.CurrentContext = "kpng-test"
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return nil, fmt.Errorf("writing kubeconfig: %w", err)
+	}
+	config, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig %s: %w", path, err)
+	}
+	// client-go's default of 5 requests per second would make tests
+	// measure the client, not the code under test.
+	config.QPS, config.Burst = 1000, 2000
+	config.UserAgent = "kpng-integration-test"
+	return config, nil
 }
 
 // errAddrInUse marks a start that failed because another process took a
@@ -293,7 +308,7 @@ func (s *Server) startAPIServer() error {
 	s.mu.Lock()
 	s.apiServer = p
 	s.mu.Unlock()
-	if err := waitUntil(p, startTimeout, s.ready); err != nil {
+	if err := waitUntil(p, startTimeout, func(ctx context.Context) (bool, string) { return readyz(ctx, s.http, s.URL) }); err != nil {
 		p.stop(0)
 		if p.addrInUse() {
 			return fmt.Errorf("kube-apiserver: %w: %w", errAddrInUse, err)
@@ -303,13 +318,14 @@ func (s *Server) startAPIServer() error {
 	return nil
 }
 
-// ready reports whether kube-apiserver's /readyz says it is ready.
-func (s *Server) ready(ctx context.Context) (bool, string) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/readyz", nil)
+// readyz reports whether the /readyz of the kube-apiserver at url says it
+// is ready.
+func readyz(ctx context.Context, hc *http.Client, url string) (bool, string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/readyz", nil)
 	if err != nil {
 		return false, err.Error()
 	}
-	resp, err := s.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return false, err.Error()
 	}
@@ -370,13 +386,16 @@ func (s *Server) RestartAPIServer() {
 	s.t.Logf("test API server %s ready again in %v", s.URL, time.Since(begin).Round(time.Millisecond))
 }
 
-// Stop stops kube-apiserver and etcd. It is safe to call more than once;
-// Start arranges for it to run when the test ends.
+// Stop stops kube-apiserver, its peers and etcd. It is safe to call more
+// than once; Start arranges for it to run when the test ends.
 func (s *Server) Stop() {
 	s.mu.Lock()
-	api, etcd := s.apiServer, s.etcd
-	s.apiServer, s.etcd = nil, nil
+	api, etcd, peers := s.apiServer, s.etcd, s.peers
+	s.apiServer, s.etcd, s.peers = nil, nil, nil
 	s.mu.Unlock()
+	for _, p := range peers {
+		p.stop()
+	}
 	if api != nil {
 		api.stop(0)
 	}
@@ -387,8 +406,10 @@ func (s *Server) Stop() {
 
 // printLogs logs the end of each server's log.
 func (s *Server) printLogs() {
-	for _, name := range []string{"etcd", "kube-apiserver"} {
-		p := &process{name: name, logPath: filepath.Join(s.dir, name+".log")}
+	peers, _ := filepath.Glob(filepath.Join(s.dir, "kube-apiserver-peer-*.log"))
+	logs := append([]string{filepath.Join(s.dir, "etcd.log"), filepath.Join(s.dir, "kube-apiserver.log")}, peers...)
+	for _, path := range logs {
+		p := &process{logPath: path}
 		if _, err := os.Stat(p.logPath); err != nil {
 			continue
 		}
