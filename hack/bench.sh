@@ -3,7 +3,7 @@
 # API server and writes BENCHMARKS.md and its plots (docs/bench/*.png).
 # As root, on a Debian machine with Go:
 #
-#   hack/bench.sh                          # 1,000, 5,000 and 10,000 services x 10 endpoints
+#   hack/bench.sh                          # 100, 1,000, 5,000 and 10,000 services x 10 endpoints
 #   hack/bench.sh --sizes 100,10000        # other sizes
 #   hack/bench.sh --with-30k               # also 30,000 services (long)
 #   hack/bench.sh --report-only            # redo BENCHMARKS.md from .cache/bench/results-*.json

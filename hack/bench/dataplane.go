@@ -10,8 +10,11 @@ import (
 
 // ProbeResult is what a host-network client on the proxy's node observes
 // when it opens TCP connections one after the other for a while: the
-// connection-setup rate and the time to connect (SYN to SYN-ACK: the first
-// packet of each connection is the one that walks the NAT rules).
+// connection-setup rate and the TCP connect time, from connect() to its
+// return as the client sees it: its SYN out (the one packet of the
+// connection that walks the proxy's NAT rules; conntrack handles the
+// others) and the SYN-ACK back. That is a round trip plus the rules'
+// cost, not a one-way first-packet latency.
 type ProbeResult struct {
 	Target      string  `json:"target"`
 	Connections int     `json:"connections"`

@@ -50,7 +50,7 @@ const envChild = "KPNG_BENCH_RUN"
 
 func main() {
 	var (
-		sizes     = flag.String("sizes", "1000,5000,10000", "comma-separated numbers of services (each with 10 endpoints)")
+		sizes     = flag.String("sizes", "100,1000,5000,10000", "comma-separated numbers of services (each with 10 endpoints); the dataplane comparison is between the smallest and the largest")
 		with30k   = flag.Bool("with-30k", false, "also run 30,000 services (long)")
 		churnRate = flag.Float64("churn-rate", 5, "EndpointSlice updates per second during the churn")
 		churnFor  = flag.Duration("churn", time.Minute, "how long the churn lasts")

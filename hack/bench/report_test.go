@@ -19,7 +19,8 @@ func sampleResults() []*SizeResult {
 			Finished: time.Date(2026, 11, 24, 1, 9, 0, 0, time.UTC), Command: "hack/bench.sh", KpngCommit: "0123456789ab",
 			Versions: Versions{KubeProxy: "Kubernetes v1.36.3", KubeAPIServer: "Kubernetes v1.36.3"},
 			Machine:  Machine{CPUModel: "AMD EPYC", Cores: 2, Kernel: "6.18"}, PreloadSeconds: 10 * f,
-			ChurnRate: 5, ChurnSeconds: 60, BurstUpdates: 1000, NewServices: 50, ServiceRate: 5, LoadDuring: []float64{3, 5}}
+			ChurnRate: 5, ChurnSeconds: 60, BurstUpdates: 1000, NewServices: 50, ServiceRate: 5, ProbeSeconds: 3,
+			LoadDuring: []float64{3, 5}}
 		for i, k := range proxyKinds {
 			kube := 1.0 // kpng
 			if k.Reference == "" {
@@ -65,9 +66,21 @@ func TestReport(t *testing.T) {
 	if err := report(t.TempDir(), dir, resultsDir); err != nil {
 		t.Fatal(err)
 	}
-	page, err := os.ReadFile(filepath.Join(dir, "BENCHMARKS.md"))
+	b, err := os.ReadFile(filepath.Join(dir, "BENCHMARKS.md"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	page := string(b)
+	// The dataplane at 100 against 10,000 services, by proxy.
+	for _, want := range []string{
+		"| proxy | 100 | 1,000 | 5,000 | 10,000 | 10,000 / 100 |",
+		"| kpng-nft | 60 | 60 | 60 | 60 | 1.00 |",
+		"| kube-proxy-iptables | 62 | 80 | 160 | 260 | 4.19 |",
+		"for 3 s per target",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %q", want)
+		}
 	}
 	for _, f := range []string{"network-programming-p99.png", "sync-duration-p50.png", "cpu-churn.png", "rss.png",
 		"cold-start.png", "dataplane-connect.png", "dataplane-rate.png"} {
@@ -80,7 +93,7 @@ func TestReport(t *testing.T) {
 			t.Errorf("%s: %v", f, err)
 		}
 		in.Close()
-		if !strings.Contains(string(page), "](docs/bench/"+f+")") {
+		if !strings.Contains(page, "](docs/bench/"+f+")") {
 			t.Errorf("the page does not show %s", f)
 		}
 	}

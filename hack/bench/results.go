@@ -27,6 +27,8 @@ type SizeResult struct {
 	BurstUpdates   int      `json:"burst_updates"`
 	NewServices    int      `json:"new_services"`
 	ServiceRate    float64  `json:"service_rate"`
+	// ProbeSeconds is how long each dataplane probe ran.
+	ProbeSeconds float64 `json:"probe_seconds,omitempty"`
 	// LoadDuring are the 1-minute load averages sampled during the run:
 	// the machine is shared.
 	LoadDuring []float64      `json:"load_during"`

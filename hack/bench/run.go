@@ -75,7 +75,7 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 	res = &SizeResult{Services: n, EndpointsPerService: endpointsPerService, Started: time.Now().UTC(),
 		Command: cfg.command, Machine: machine(), ChurnRate: cfg.churnRate, ChurnSeconds: cfg.churnFor.Seconds(),
 		BurstUpdates: cfg.burst, NewServices: cfg.newServices, ServiceRate: cfg.serviceRate,
-		KpngCommit: cfg.kpngVersion, Versions: cfg.versions}
+		KpngCommit: cfg.kpngVersion, Versions: cfg.versions, ProbeSeconds: cfg.probeFor.Seconds()}
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	var loadMu sync.Mutex
@@ -173,7 +173,7 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 				continue
 			}
 			r.Probes = append(r.Probes, pr)
-			logf("size %d: %s: dataplane to %s: %.0f connections/s, connect p50 %.0fµs p99 %.0fµs (%d failures)",
+			logf("size %d: %s: dataplane to %s: %.0f connections/s, TCP connect time p50 %.0fµs p99 %.0fµs (%d failures)",
 				n, p.kind.Name, target, pr.PerSecond, pr.P50Micros, pr.P99Micros, pr.Failures)
 		}
 	}
