@@ -38,8 +38,8 @@ func WithOnBatch(fn func(Batch)) Option { return func(o *options) { o.onBatch = 
 // changed. It receives a reset (Changes.Reset, and the whole view) when the
 // server cannot give the change: the server restarted, the feed was away
 // longer than the server keeps an unwatched node's view
-// (server.Options.IdleViewTimeout), or it fell behind the server's bounded
-// history (server.Options.HistorySize).
+// (server.Options.IdleViewTimeout and MaxNodeViews), or it fell behind the
+// server's bounded history (server.Options.HistorySize).
 //
 // Delivery is paced by Next: the feed asks the server for a batch only when
 // Next is called, and that batch then holds everything that changed since

@@ -43,27 +43,56 @@ type nodeView struct {
 	cancel   context.CancelFunc
 	watchers int
 	idle     *time.Timer
+	idleSeq  uint64 // when the last watcher left, in releases: older is smaller
 }
 
-// acquireView returns the view of a node, starting it if needed.
-func (s *Server) acquireView(opts brain.Options) *nodeView {
+// acquireView returns the view of a node, starting it if needed. At
+// MaxNodeViews, a new view takes the place of the one unwatched for
+// longest; when every view is watched, the node is refused.
+func (s *Server) acquireView(opts brain.Options) (*nodeView, error) {
 	ctx := s.lifetime()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v := s.views[opts]
 	if v == nil {
+		if len(s.views) >= s.opts.MaxNodeViews && !s.dropIdleView(ctx) {
+			return nil, status.Errorf(codes.ResourceExhausted,
+				"node %q: this server already keeps %d node views, all watched (kpng to-api --max-node-views, server.Options.MaxNodeViews); "+
+					"for many nodes, node agents should read the cluster state (globalv1: kpng api) and compute their own view",
+				opts.NodeName, len(s.views))
+		}
 		vctx, cancel := context.WithCancel(ctx)
 		v = &nodeView{instance: newInstanceID(), j: newJournal[localKey, proto.Message](s.opts.HistorySize, compareLocalKeys), cancel: cancel}
 		s.views[opts] = v
 		go v.run(vctx, backend.NewLocalFeed(s.store, opts))
-		klog.FromContext(ctx).V(1).Info("Started a node view", "node", opts.NodeName, "instance", v.instance)
+		klog.FromContext(ctx).V(1).Info("Started a node view", "node", opts.NodeName, "instance", v.instance, "views", len(s.views))
 	}
 	if v.idle != nil {
 		v.idle.Stop()
 		v.idle = nil
 	}
 	v.watchers++
-	return v
+	return v, nil
+}
+
+// dropIdleView stops the view unwatched for longest, if any view is
+// unwatched. s.mu is held.
+func (s *Server) dropIdleView(ctx context.Context) bool {
+	var oldest *nodeView
+	var key brain.Options
+	for opts, v := range s.views {
+		if v.watchers == 0 && (oldest == nil || v.idleSeq < oldest.idleSeq) {
+			oldest, key = v, opts
+		}
+	}
+	if oldest == nil {
+		return false
+	}
+	oldest.idle.Stop()
+	oldest.cancel()
+	delete(s.views, key)
+	klog.FromContext(ctx).V(1).Info("Dropped an unwatched node view for a new one", "node", key.NodeName)
+	return true
 }
 
 // releaseView drops a watcher; a view without watchers is stopped after
@@ -75,6 +104,8 @@ func (s *Server) releaseView(opts brain.Options, v *nodeView) {
 	if v.watchers > 0 {
 		return
 	}
+	s.releases++
+	v.idleSeq = s.releases
 	v.idle = time.AfterFunc(s.opts.IdleViewTimeout, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -125,7 +156,11 @@ func (l localService) Watch(stream localv1.Watch_WatchServer) error {
 		return status.Error(codes.InvalidArgument, "node_name is required")
 	}
 	opts := brain.Options{NodeName: req.NodeName, ServiceProxyName: req.ServiceProxyName}
-	v := s.acquireView(opts)
+	v, err := s.acquireView(opts)
+	if err != nil {
+		klog.FromContext(ctx).Info("Refused a node view", "node", req.NodeName, "err", err)
+		return err
+	}
 	defer s.releaseView(opts, v)
 	log := klog.FromContext(ctx).WithValues("api", "localv1", "node", req.NodeName)
 

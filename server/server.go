@@ -43,6 +43,14 @@ type Options struct {
 	// watcher left, so that a reconnecting client gets only the diff. Zero
 	// means five minutes.
 	IdleViewTimeout time.Duration
+	// MaxNodeViews bounds the node views (localv1) the server keeps, one
+	// per node name (and service proxy name) asked for: each holds the
+	// node's whole view, about 2.3 MiB per 1,000 Services. At the bound, a
+	// new node takes the place of the view unwatched for longest (whose
+	// client then gets a reset if it comes back); when every view is
+	// watched, the client is refused with ResourceExhausted. Zero means
+	// DefaultMaxNodeViews.
+	MaxNodeViews int
 	// ChunkSize bounds the number of operations per message. Zero means
 	// 1,000.
 	ChunkSize int
@@ -57,6 +65,12 @@ type Options struct {
 // DefaultHistorySize is the default bound of a journal's history.
 const DefaultHistorySize = 1 << 14
 
+// DefaultMaxNodeViews is the default bound of the node views a server
+// keeps: the localv1 fan-out measured in docs/performance.md (1,000 node
+// agents). Fanning out to more nodes is globalv1's job, each node agent
+// computing its own view.
+const DefaultMaxNodeViews = 1000
+
 // DefaultChunkBytes is the default bound of a message's encoded size: a
 // quarter of gRPC's default receive limit, so that a client with default
 // settings receives any batch, however large its objects.
@@ -67,10 +81,11 @@ type Server struct {
 	store *cluster.Store
 	opts  Options
 
-	mu      sync.Mutex
-	ctx     context.Context // lifetime of the views, set by Serve
-	views   map[brain.Options]*nodeView
-	cluster *clusterView
+	mu       sync.Mutex
+	ctx      context.Context // lifetime of the views, set by Serve
+	views    map[brain.Options]*nodeView
+	releases uint64 // times a view lost its last watcher
+	cluster  *clusterView
 }
 
 // New returns a server of store.
@@ -83,6 +98,9 @@ func New(store *cluster.Store, opts Options) *Server {
 	}
 	if opts.ChunkSize <= 0 {
 		opts.ChunkSize = 1000
+	}
+	if opts.MaxNodeViews <= 0 {
+		opts.MaxNodeViews = DefaultMaxNodeViews
 	}
 	if opts.ChunkBytes <= 0 {
 		opts.ChunkBytes = DefaultChunkBytes

@@ -5,8 +5,12 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/kpng/kpng/api/globalv1"
 	"github.com/kpng/kpng/api/localv1"
@@ -399,5 +403,21 @@ func TestSlowHandlerIsCalledWithCoalescedChanges(t *testing.T) {
 	}
 	if len(calls) != 0 {
 		t.Errorf("%d more calls, want 2 in all", len(calls))
+	}
+}
+
+// A client asking for one node view more than the server keeps, all
+// watched, is refused with an error it does not retry.
+func TestTooManyNodeViewsIsAClearError(t *testing.T) {
+	store := newCluster(5, 2)
+	ts := serve(t, store, "unix", server.Options{MaxNodeViews: 2}, server.ListenOptions{})
+	for _, node := range []string{"node-0", "node-1"} {
+		waitFor(t, newFeed(t, ts.addr, node), brainState(store, node))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	_, _, err := newFeed(t, ts.addr, "node-2").Next(ctx)
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-node-views") || ctx.Err() != nil {
+		t.Errorf("a third node view: %v, want ResourceExhausted naming --max-node-views", err)
 	}
 }

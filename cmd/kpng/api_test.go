@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,5 +98,27 @@ func TestAPICommandsServeTheSameView(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("kpng local: no view within a minute")
+	}
+}
+
+// --max-node-views bounds the node views to-api computes: with one, a
+// second node's backend is refused with an error naming the flag.
+func TestToAPIMaxNodeViews(t *testing.T) {
+	sock := "unix://" + filepath.Join(t.TempDir(), "kpng.sock")
+	start(t, "file", "--input", "../../examples/cluster.yaml", "to-api", "--listen", sock, "--max-node-views", "1")
+	for len(views) > 0 { // states of other tests' backends
+		<-views
+	}
+	start(t, "local", "--api", sock, "--node-name", "node-1", "to-test-view")
+	select {
+	case <-views:
+	case <-time.After(time.Minute):
+		t.Fatal("kpng local: no view within a minute")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := execute(ctx, t, "local", "--api", sock, "--node-name", "node-2", "to-test-view")
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "--max-node-views") {
+		t.Errorf("a second node's backend: %v, want an error naming --max-node-views", err)
 	}
 }

@@ -75,6 +75,9 @@ explicit --insecure.`,
 		"also serve Services labelled service.kubernetes.io/service-proxy-name with this value (to clients asking for it)")
 	fs.IntVar(&opts.HistorySize, "history-size", server.DefaultHistorySize,
 		"changed keys remembered per view, so that a client reconnecting gets only the diff")
+	fs.IntVar(&opts.MaxNodeViews, "max-node-views", server.DefaultMaxNodeViews,
+		"node views computed here for localv1 clients (each holds the node's whole view, ~2.3 MiB per 1,000 Services); "+
+			"at the bound an unwatched view makes room, else a client asking for one more node is refused")
 	return cmd
 }
 
