@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -419,5 +420,37 @@ func TestTooManyNodeViewsIsAClearError(t *testing.T) {
 	_, _, err := newFeed(t, ts.addr, "node-2").Next(ctx)
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-node-views") || ctx.Err() != nil {
 		t.Errorf("a third node view: %v, want ResourceExhausted naming --max-node-views", err)
+	}
+}
+
+// A client away longer than IdleViewTimeout finds its node's view dropped:
+// it gets a reset and the whole view, as the documentation says.
+func TestResumeAfterTheIdleViewTimeoutIsAReset(t *testing.T) {
+	store := newCluster(20, 3)
+	ts := serve(t, store, "unix", server.Options{IdleViewTimeout: time.Millisecond}, server.ListenOptions{})
+	first := openRaw(t, ts.addr, "node-0", 0, 0)
+	_, sync := first.batch(t)
+	first.cancel()
+	store.Update(func(tx *cluster.Tx) { tx.SetEndpointSlice(slice(5, 3, 1)) })
+	// Until the server noticed the disconnection and the timeout passed, a
+	// client resuming still gets the diff (and keeps the view a little
+	// longer): try until the view is gone.
+	for {
+		again := openRaw(t, ts.addr, "node-0", sync.InstanceId, sync.Revision)
+		ops, resync := again.batch(t)
+		again.cancel()
+		if ops[0].GetReset_() != nil {
+			want := 3 // reset, set_node, sync
+			for _, se := range brainState(store, "node-0").Services {
+				want += 1 + len(se.Endpoints)
+			}
+			if resync.InstanceId == sync.InstanceId || len(ops) != want {
+				t.Errorf("after the view was dropped: %d ops, instance %d (was %d), want the whole view (%d ops) from a new instance", len(ops), resync.InstanceId, sync.InstanceId, want)
+			}
+			return
+		}
+		if got := opNames(ops); !slices.Equal(got, []string{"delete_endpoint svc-5 10.1.0.5", "sync"}) {
+			t.Fatalf("resumed before the view was dropped: %q, want the diff", got)
+		}
 	}
 }
