@@ -2,8 +2,8 @@
 
 // Package config is the end-to-end test of kpng's configuration files: kpng
 // proxy started from a kube-proxy v1alpha1 file, against a real API server,
-// programs the same nftables rules as when started from the v1alpha2 file
-// that kpng itself migrated it to.
+// programs the same nftables (or iptables) rules as when started from the
+// v1alpha2 file that kpng itself migrated it to.
 package config
 
 import (
@@ -40,26 +40,28 @@ const syncTimeout = time.Minute
 // v1alpha1Config is a kube-proxy configuration that uses what v1alpha2
 // moves or changes (per-mode sync periods and masqueradeAll, clusterCIDR as
 // a string, bindAddress, conntrack at the root), in a form that changes the
-// rules (masqueradeAll, the cluster CIDR, node port addresses). The first %s
-// is the API server's kubeconfig, the %t nftables.masqueradeAll.
+// rules (masqueradeAll, the cluster CIDR, node port addresses). Its
+// arguments are the API server's kubeconfig, the mode (nftables or
+// iptables), and the mode section's masqueradeAll; the other mode's section
+// holds the same syncPeriod, which v1alpha2 accepts.
 const v1alpha1Config = `apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
-mode: nftables
+mode: %[2]s
 hostnameOverride: node-1
 bindAddress: 192.168.77.11
 clientConnection:
-  kubeconfig: %s
+  kubeconfig: %[1]s
 clusterCIDR: 10.244.0.0/16,fd00:10:244::/56
 nodePortAddresses: [127.0.0.0/8, "::1/128"] # the same local IPs in every node namespace
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
 logging:
   format: json
-nftables:
-  masqueradeAll: %t
+%[2]s:
+  masqueradeAll: %[3]t
   syncPeriod: 20s
   minSyncPeriod: 100ms
-iptables:
+%[4]s:
   syncPeriod: 20s
 conntrack:
   tcpEstablishedTimeout: 12h
@@ -69,19 +71,29 @@ conntrack:
 // run is kpng proxy started from one file in one node.
 type run struct {
 	name string
+	mode string // nftables or iptables
 	file string
 	node *netlab.Node
 	proc *netlab.Process
 }
 
-// TestV1Alpha1AndMigratedV1Alpha2ProgramTheSameRules migrates two v1alpha1
-// files (masqueradeAll true and false) with kpng itself, starts kpng proxy
-// from each of the four files in its own node against one API server, and
-// compares each v1alpha1 node's nftables ruleset with its v1alpha2 twin's.
-// Each pair's rules are also checked for what the configuration drives
-// (masquerade all, or masquerade by cluster CIDR in both families; node
-// port addresses), so that the comparison cannot pass by both runs
-// ignoring the file.
+// ruleCheck is a rule that a configuration drives, by a regexp that must
+// (or, with absent, must not) match the rules of a run.
+type ruleCheck struct {
+	run    string // the v1alpha1 run whose rules are checked
+	what   string
+	re     string
+	absent bool
+}
+
+// TestV1Alpha1AndMigratedV1Alpha2ProgramTheSameRules migrates v1alpha1
+// files (nftables and iptables modes, masqueradeAll true and false) with
+// kpng itself, starts kpng proxy from each v1alpha1 file and each migrated
+// file in its own node against one API server, and compares each v1alpha1
+// node's ruleset with its v1alpha2 twin's. Each pair's rules are also
+// checked for what the configuration drives (masquerade all, or masquerade
+// by cluster CIDR in both families; node port addresses), so that the
+// comparison cannot pass by both runs ignoring the file.
 func TestV1Alpha1AndMigratedV1Alpha2ProgramTheSameRules(t *testing.T) {
 	netlab.RequireRoot(t)
 	srv := startAPIServer(t)
@@ -90,32 +102,32 @@ func TestV1Alpha1AndMigratedV1Alpha2ProgramTheSameRules(t *testing.T) {
 	dir := t.TempDir()
 
 	var runs []*run
-	for _, masqueradeAll := range []bool{true, false} {
-		name := fmt.Sprintf("masqueradeAll-%t", masqueradeAll)
-		v1 := filepath.Join(dir, name+".v1alpha1.yaml")
-		if err := os.WriteFile(v1, fmt.Appendf(nil, v1alpha1Config, srv.KubeconfigPath, masqueradeAll), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		// The migration, as a user runs it.
-		v2 := filepath.Join(dir, name+".v1alpha2.yaml")
-		if out, err := exec.Command(kpng, "proxy", "--config", v1, "--write-config-to", v2).CombinedOutput(); err != nil {
-			t.Fatalf("kpng proxy --write-config-to: %v\n%s", err, out)
-		}
-		migrated, err := os.ReadFile(v2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := []string{"apiVersion: kubeproxy.config.k8s.io/v1alpha2", "\n  masqueradeAll: true\n", "\nsyncPeriod: 20s\n", "\nminSyncPeriod: 100ms\n",
-			"nodeIPOverride:\n- 192.168.77.11\n", "clusterCIDRs:\n  - 10.244.0.0/16\n  - fd00:10:244::/56\n"}
-		if !masqueradeAll {
-			want[1] = "\n  masqueradeAll: false\n"
-		}
-		for _, s := range want {
-			if !strings.Contains(string(migrated), s) {
-				t.Fatalf("%s: the migrated file lacks %q:\n%s", name, s, migrated)
+	for _, mode := range []string{"nftables", "iptables"} {
+		other := map[string]string{"nftables": "iptables", "iptables": "nftables"}[mode]
+		for _, masqueradeAll := range []bool{true, false} {
+			name := fmt.Sprintf("%s-masqueradeAll-%t", mode, masqueradeAll)
+			v1 := filepath.Join(dir, name+".v1alpha1.yaml")
+			if err := os.WriteFile(v1, fmt.Appendf(nil, v1alpha1Config, srv.KubeconfigPath, mode, masqueradeAll, other), 0o644); err != nil {
+				t.Fatal(err)
 			}
+			// The migration, as a user runs it.
+			v2 := filepath.Join(dir, name+".v1alpha2.yaml")
+			if out, err := exec.Command(kpng, "proxy", "--config", v1, "--write-config-to", v2).CombinedOutput(); err != nil {
+				t.Fatalf("kpng proxy --write-config-to: %v\n%s", err, out)
+			}
+			migrated, err := os.ReadFile(v2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"apiVersion: kubeproxy.config.k8s.io/v1alpha2", "\nmode: " + mode + "\n", fmt.Sprintf("\n  masqueradeAll: %t\n", masqueradeAll),
+				"\nsyncPeriod: 20s\n", "\nminSyncPeriod: 100ms\n", "nodeIPOverride:\n- 192.168.77.11\n", "clusterCIDRs:\n  - 10.244.0.0/16\n  - fd00:10:244::/56\n"}
+			for _, s := range want {
+				if !strings.Contains(string(migrated), s) {
+					t.Fatalf("%s: the migrated file lacks %q:\n%s", name, s, migrated)
+				}
+			}
+			runs = append(runs, &run{name: name + " v1alpha1", mode: mode, file: v1}, &run{name: name + " v1alpha2", mode: mode, file: v2})
 		}
-		runs = append(runs, &run{name: name + " v1alpha1", file: v1}, &run{name: name + " v1alpha2", file: v2})
 	}
 
 	spec := netlab.Spec{}
@@ -138,35 +150,47 @@ func TestV1Alpha1AndMigratedV1Alpha2ProgramTheSameRules(t *testing.T) {
 
 	rules := map[string]string{}
 	for _, r := range runs {
-		rules[r.name] = ruleset(t, r.node)
+		rules[r.name] = ruleset(t, r)
 	}
-	masqAll, masqCIDR := rules["masqueradeAll-true v1alpha1"], rules["masqueradeAll-false v1alpha1"]
 	// What each configuration drives, seen in the v1alpha1 runs' rules
 	// (and so, if the comparison below passes, in the v1alpha2 ones').
-	for _, c := range []struct {
-		rules string
-		what  string
-		re    string
-	}{
-		{masqAll, "the service", `10\.96\.0\.20 \. tcp \. 80 : goto service-`},
-		{masqAll, "the endpoints", `dnat ip to numgen random mod 2 map \{ 0 : 10\.244\.1\.10 \. 8080, 1 : 10\.244\.1\.11 \. 8080 \}`},
-		{masqAll, "masqueradeAll (IPv4)", `(?m)^\s+ip daddr @cluster-ips meta mark set .*"masquerade all clusterIP traffic`},
-		{masqAll, "masqueradeAll (IPv6)", `(?m)^\s+ip6 daddr @cluster-ips meta mark set .*"masquerade all clusterIP traffic`},
-		{masqAll, "nodePortAddresses (IPv4)", `(?m)^\s+ip daddr @nodeport-ips meta l4proto \. th dport vmap @service-nodeports`},
-		{masqAll, "nodePortAddresses (IPv6)", `(?m)^\s+ip6 daddr @nodeport-ips meta l4proto \. th dport vmap @service-nodeports`},
-		{masqCIDR, "clusterCIDR's IPv4 half", `(?m)^\s+ip daddr @cluster-ips ip saddr != 10\.244\.0\.0/16 meta mark set `},
-		{masqCIDR, "clusterCIDR's IPv6 half", `(?m)^\s+ip6 daddr @cluster-ips ip6 saddr != fd00:10:244::/56 meta mark set `},
-		{masqCIDR, "nodePortAddresses (IPv4)", `(?m)^\s+ip daddr @nodeport-ips meta l4proto \. th dport vmap @service-nodeports`},
+	const (
+		nftAll, nftCIDR = "nftables-masqueradeAll-true v1alpha1", "nftables-masqueradeAll-false v1alpha1"
+		iptAll, iptCIDR = "iptables-masqueradeAll-true v1alpha1", "iptables-masqueradeAll-false v1alpha1"
+	)
+	for _, c := range []ruleCheck{
+		{run: nftAll, what: "the service", re: `10\.96\.0\.20 \. tcp \. 80 : goto service-`},
+		{run: nftAll, what: "the endpoints", re: `dnat ip to numgen random mod 2 map \{ 0 : 10\.244\.1\.10 \. 8080, 1 : 10\.244\.1\.11 \. 8080 \}`},
+		{run: nftAll, what: "masqueradeAll (IPv4)", re: `(?m)^\s+ip daddr @cluster-ips meta mark set .*"masquerade all clusterIP traffic`},
+		{run: nftAll, what: "masqueradeAll (IPv6)", re: `(?m)^\s+ip6 daddr @cluster-ips meta mark set .*"masquerade all clusterIP traffic`},
+		{run: nftAll, what: "nodePortAddresses (IPv4)", re: `(?m)^\s+ip daddr @nodeport-ips meta l4proto \. th dport vmap @service-nodeports`},
+		{run: nftAll, what: "nodePortAddresses (IPv6)", re: `(?m)^\s+ip6 daddr @nodeport-ips meta l4proto \. th dport vmap @service-nodeports`},
+		{run: nftCIDR, what: "clusterCIDR's IPv4 half", re: `(?m)^\s+ip daddr @cluster-ips ip saddr != 10\.244\.0\.0/16 meta mark set `},
+		{run: nftCIDR, what: "clusterCIDR's IPv6 half", re: `(?m)^\s+ip6 daddr @cluster-ips ip6 saddr != fd00:10:244::/56 meta mark set `},
+		{run: nftCIDR, what: "nodePortAddresses (IPv4)", re: `(?m)^\s+ip daddr @nodeport-ips meta l4proto \. th dport vmap @service-nodeports`},
+		{run: nftCIDR, what: "no masqueradeAll", re: `masquerade all clusterIP traffic`, absent: true},
+
+		{run: iptAll, what: "the service", re: `(?m)^-A KPNG-SERVICES -d 10\.96\.0\.20/32 -p tcp .*--dport 80 -j KPNG-SVC-`},
+		{run: iptAll, what: "the endpoints", re: `(?m)^-A KPNG-SEP-\S+ -p tcp .*-j DNAT --to-destination 10\.244\.1\.11:8080$`},
+		{run: iptAll, what: "masqueradeAll (IPv4)", re: `(?m)^-A KPNG-SVC-\S+ -d 10\.96\.0\.20/32 -p tcp .*--dport 80 -j KPNG-MARK-MASQ$`},
+		{run: iptAll, what: "masqueradeAll (IPv6)", re: `(?m)^-A KPNG-SVC-\S+ -d fd00:10:96::20/128 -p tcp .*--dport 80 -j KPNG-MARK-MASQ$`},
+		// The local IPs in nodePortAddresses; IPv6 has none, since node
+		// ports on ::1 are never accepted (as in kube-proxy).
+		{run: iptAll, what: "nodePortAddresses (IPv4)", re: `(?m)^-A KPNG-SERVICES -d 127\.0\.0\.1/32 .*-j KPNG-NODEPORTS$`},
+		// v1alpha1's iptables.localhostNodePorts default (true), kept by
+		// the migration although v1alpha2's default is false.
+		{run: iptAll, what: "localhostNodePorts' protection", re: `(?m)^-A KPNG-FIREWALL ! -s 127\.0\.0\.0/8 -d 127\.0\.0\.0/8 .*-j DROP$`},
+		{run: iptCIDR, what: "clusterCIDR's IPv4 half", re: `(?m)^-A KPNG-SVC-\S+ ! -s 10\.244\.0\.0/16 -d 10\.96\.0\.20/32 -p tcp .*-j KPNG-MARK-MASQ$`},
+		{run: iptCIDR, what: "clusterCIDR's IPv6 half", re: `(?m)^-A KPNG-SVC-\S+ ! -s fd00:10:244::/56 -d fd00:10:96::20/128 -p tcp .*-j KPNG-MARK-MASQ$`},
+		{run: iptCIDR, what: "no masqueradeAll", re: `(?m)^-A KPNG-SVC-\S+ -d 10\.96\.0\.20/32 -p tcp .*-j KPNG-MARK-MASQ$`, absent: true},
 	} {
-		if !regexp.MustCompile(c.re).MatchString(c.rules) {
-			t.Errorf("no rule for %s (/%s/) in:\n%s", c.what, c.re, c.rules)
+		if regexp.MustCompile(c.re).MatchString(rules[c.run]) == c.absent {
+			t.Errorf("%s: %s: /%s/ matched %v in:\n%s", c.run, c.what, c.re, c.absent, rules[c.run])
 		}
 	}
-	if strings.Contains(masqCIDR, "masquerade all clusterIP traffic") {
-		t.Errorf("masqueradeAll false masquerades all cluster IP traffic:\n%s", masqCIDR)
-	}
-	for _, name := range []string{"masqueradeAll-true", "masqueradeAll-false"} {
-		v1, v2 := rules[name+" v1alpha1"], rules[name+" v1alpha2"]
+	for i := 0; i < len(runs); i += 2 {
+		name := strings.TrimSuffix(runs[i].name, " v1alpha1")
+		v1, v2 := rules[runs[i].name], rules[runs[i+1].name]
 		if v1 != v2 {
 			t.Errorf("%s: v1alpha1 and its migrated v1alpha2 program different rules:\n%s\nv1alpha1's:\n%s", name, lineDiff(v1, v2), v1)
 		}
@@ -230,10 +254,12 @@ func TestConfigErrorsExitNonZero(t *testing.T) {
 		"v1alpha1 sync periods that disagree": "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\n" +
 			"nftables:\n  syncPeriod: 20s\niptables:\n  syncPeriod: 10s\n",
 		"v1alpha2 duplicate field": "apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: KubeProxyConfiguration\nlinux:\n  conntrack:\n    min: 1\n    min: 2\n",
+		"v1alpha2 wrong type":      "apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: KubeProxyConfiguration\nlinux:\n  conntrack:\n    maxPerCore: many\n",
 	}
 	want := map[string]string{"v1alpha1 invalid value": "linux.oomScoreAdj", "v1alpha2 unknown field": "masqueradeAll", "ipvs mode": "no ipvs backend",
 		"v1alpha1 sync periods that disagree": "iptables.syncPeriod: Invalid value: \"10s\": disagrees with nftables.syncPeriod (20s)",
-		"v1alpha2 duplicate field":            `duplicate field "linux.conntrack.min"`}
+		"v1alpha2 duplicate field":            `duplicate field "linux.conntrack.min"`,
+		"v1alpha2 wrong type":                 `field "linux.conntrack.maxPerCore": invalid value "many"`}
 	for name, doc := range cases {
 		t.Run(name, func(t *testing.T) {
 			file := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".yaml")
@@ -270,14 +296,14 @@ func startAPIServer(t *testing.T) *apiserver.Server {
 }
 
 // TestConfigHardFailFalseContinues runs the binary on a v1alpha2 file with
-// configHardFail: false, an unknown field and an invalid value: it exits 0,
-// logs a warning naming each, and writes the default in the bad field's
-// place.
+// configHardFail: false, an unknown field, an invalid value and a value of
+// the wrong type: it exits 0, logs a warning naming each, and writes the
+// default in the bad fields' place.
 func TestConfigHardFailFalseContinues(t *testing.T) {
 	kpng := netlab.KpngBinary(t)
 	dir := t.TempDir()
 	in, out := filepath.Join(dir, "soft.yaml"), filepath.Join(dir, "out.yaml")
-	doc := "apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: KubeProxyConfiguration\nconfigHardFail: false\nmode: nftables\nbogus: 1\nlinux:\n  oomScoreAdj: 5000\n"
+	doc := "apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: KubeProxyConfiguration\nconfigHardFail: false\nmode: nftables\nbogus: 1\nsyncPeriod: abc\nlinux:\n  oomScoreAdj: 5000\n"
 	if err := os.WriteFile(in, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +313,7 @@ func TestConfigHardFailFalseContinues(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kpng proxy: %v, want success\n%s", err, logs)
 	}
-	for _, s := range []string{`unknown field \"bogus\"`, "linux.oomScoreAdj: Invalid value: 5000"} {
+	for _, s := range []string{`unknown field \"bogus\"`, "linux.oomScoreAdj: Invalid value: 5000", `field \"syncPeriod\": invalid value \"abc\"`} {
 		if !strings.Contains(string(logs), s) {
 			t.Errorf("no warning with %q:\n%s", s, logs)
 		}
@@ -296,7 +322,7 @@ func TestConfigHardFailFalseContinues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"\n  oomScoreAdj: -999\n", "\nmode: nftables\n", "\nconfigHardFail: false\n"} {
+	for _, s := range []string{"\n  oomScoreAdj: -999\n", "\nmode: nftables\n", "\nconfigHardFail: false\n", "\nsyncPeriod: 30s\n"} {
 		if !strings.Contains(string(written), s) {
 			t.Errorf("written configuration lacks %q:\n%s", s, written)
 		}
@@ -345,14 +371,41 @@ func lineDiff(a, b string) string {
 // counters are what changes in a ruleset as packets flow.
 var counters = regexp.MustCompile(`packets \d+ bytes \d+`)
 
-// ruleset returns kpng's nftables tables in node, without counter values.
-func ruleset(t *testing.T, node *netlab.Node) string {
+// iptablesNoise is what changes in iptables-save's output from one run to
+// the next: its comment lines (date, version) and packet counters.
+var iptablesNoise = regexp.MustCompile(`(?m)^#.*\n|\[\d+:\d+\]`)
+
+// ruleset returns kpng's rules in r's node, without counter values: its
+// nftables tables, or the iptables tables (legacy and nft, both families)
+// that hold its chains, restricted to them.
+func ruleset(t *testing.T, r *run) string {
 	t.Helper()
 	var b strings.Builder
+	if r.mode == "iptables" {
+		for _, save := range []string{"iptables-legacy-save", "iptables-nft-save", "ip6tables-legacy-save", "ip6tables-nft-save"} {
+			out, err := r.node.Run(save)
+			if err != nil {
+				t.Fatalf("node %s: %v", r.node.Name, err)
+			}
+			if !strings.Contains(out, "KPNG-") {
+				continue
+			}
+			b.WriteString("# " + save + "\n")
+			for _, l := range strings.Split(iptablesNoise.ReplaceAllString(out, ""), "\n") {
+				if strings.HasPrefix(l, "*") || strings.Contains(l, "KPNG-") {
+					b.WriteString(l + "\n")
+				}
+			}
+		}
+		if b.Len() == 0 {
+			t.Fatalf("%s: no KPNG- chain in any iptables table", r.name)
+		}
+		return b.String()
+	}
 	for _, family := range []string{"ip", "ip6"} {
-		out, err := node.Run("nft", "list", "table", family, "kpng")
+		out, err := r.node.Run("nft", "list", "table", family, "kpng")
 		if err != nil {
-			t.Fatalf("node %s: %v", node.Name, err)
+			t.Fatalf("node %s: %v", r.node.Name, err)
 		}
 		b.WriteString(counters.ReplaceAllString(out, "packets 0 bytes 0"))
 	}
