@@ -24,7 +24,8 @@ type ClusterBatch struct {
 // apply returned, so it holds everything that changed meanwhile. It
 // reconnects and resumes by itself, and returns when ctx ends (nil), the
 // server refuses the watch, a limit is exceeded (a message over the receive
-// limit: ResourceExhausted), or apply fails.
+// limit: ResourceExhausted), the server breaks the protocol, or apply
+// fails.
 func WatchCluster(ctx context.Context, conn *grpc.ClientConn, apply func(ClusterBatch) error, opts ...Option) error {
 	o := buildOptions(opts)
 	client := globalv1.NewWatchClient(conn)

@@ -35,9 +35,10 @@ import (
 type Handler func(ctx context.Context, state *backend.State, changes backend.Changes) error
 
 // Run feeds handler with nodeName's view from the server at target until
-// ctx ends (returning nil), the server refuses the watch, or a limit is
+// ctx ends (returning nil), the server refuses the watch, a limit is
 // exceeded (ResourceExhausted: a message over the receive limit, or a
-// server at its bound of node views), which no retry would change.
+// server at its bound of node views), or the server breaks the protocol:
+// no retry would change these.
 // Connection failures are retried forever; a failing handler is retried
 // with backoff and Changes.Reset, as backend.Run does.
 func Run(ctx context.Context, target, nodeName string, handler Handler, opts ...Option) error {

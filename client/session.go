@@ -67,9 +67,13 @@ func (s *session[O]) applied(instance, revision uint64) {
 	s.last = position{instance, revision}
 }
 
+// errProtocol marks a stream that breaks the protocol: not retried.
+var errProtocol = errors.New("protocol error")
+
 // next returns the next batch, reconnecting (with backoff) as long as it
-// takes. It fails only when ctx ends, the server refuses the request, or a
-// limit is exceeded (ResourceExhausted), which no retry would change.
+// takes. It fails only when ctx ends, the server refuses the request, a
+// limit is exceeded (ResourceExhausted), or the server breaks the protocol:
+// no retry would change these.
 func (s *session[O]) next(ctx context.Context) (batch[O], error) {
 	log := klog.FromContext(ctx).WithValues("api", s.name)
 	for {
@@ -88,6 +92,9 @@ func (s *session[O]) next(ctx context.Context) (batch[O], error) {
 		}
 		if ctx.Err() != nil {
 			return batch[O]{}, ctx.Err()
+		}
+		if errors.Is(err, errProtocol) {
+			return batch[O]{}, err // the server would send the same again
 		}
 		switch status.Code(err) {
 		case codes.InvalidArgument, codes.Unimplemented, codes.PermissionDenied, codes.Unauthenticated:
@@ -133,14 +140,14 @@ func (s *session[O]) try(ctx context.Context) (batch[O], error) {
 		for i, op := range ops {
 			if inst, rev, ok := s.proto.sync(op); ok {
 				if i != len(ops)-1 {
-					return batch[O]{}, errors.New("protocol error: operations after Sync in one message")
+					return batch[O]{}, fmt.Errorf("%w: operations after Sync in one message", errProtocol)
 				}
 				b.instance, b.revision = inst, rev
 				return b, nil
 			}
 			if s.proto.isReset(op) {
 				if len(b.ops) != 0 {
-					return batch[O]{}, errors.New("protocol error: Reset in the middle of a batch")
+					return batch[O]{}, fmt.Errorf("%w: Reset in the middle of a batch", errProtocol)
 				}
 				b.reset = true
 				continue

@@ -148,3 +148,30 @@ func TestFeedFailsOnAMessageOverItsLimit(t *testing.T) {
 		t.Errorf("the client asked %d times: %q", len(got), got)
 	}
 }
+
+// A stream that breaks the protocol's framing would break it again: the
+// feed fails, naming the fault, instead of reconnecting forever.
+func TestFeedFailsOnAFramingError(t *testing.T) {
+	for name, ops := range map[string][]*localv1.Op{
+		"operations after sync":    {svcOp("a"), syncOp(7, 1), svcOp("b")},
+		"reset after an operation": {svcOp("a"), {Op: &localv1.Op_Reset_{Reset_: &localv1.Reset{}}}, syncOp(7, 1)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := &scriptedServer{answer: func(int, int, *localv1.WatchRequest) []*localv1.Op { return ops }}
+			f, err := NewFeed(serveScripted(t, srv), "node-1", WithBackoff(time.Millisecond, 10*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, _, err = f.Next(ctx)
+			if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "protocol error") {
+				t.Fatalf("got %v, want a protocol error", err)
+			}
+			if got := srv.seen(); len(got) != 1 {
+				t.Errorf("the client asked %d times: %q", len(got), got)
+			}
+		})
+	}
+}
