@@ -1418,7 +1418,10 @@ func (*Op_SetNode) isOp_Op() {}
 func (*Op_Sync) isOp_Op() {}
 
 // Ops carries operations in order: a batch is sent as one or more Ops
-// messages, the last of which ends with the batch's Sync.
+// messages, the last of which ends with the batch's Sync. A message of
+// several operations stays under 1 MiB (the server's default bound), well
+// under gRPC's default 4 MiB receive limit; only a single operation larger
+// than that comes alone in a larger message.
 type Ops struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ops           []*Op                  `protobuf:"bytes,1,rep,name=ops,proto3" json:"ops,omitempty"`
