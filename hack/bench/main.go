@@ -57,8 +57,9 @@ func main() {
 		burst     = flag.Int("burst", 1000, "updates made at once in the burst")
 		newSvcs   = flag.Int("new-services", 50, "services created, then deleted")
 		svcRate   = flag.Float64("service-rate", 5, "services created (or deleted) per second")
-		startTO   = flag.Duration("start-timeout", 40*time.Minute, "longest wait for a proxy's first complete sync")
-		drainTO   = flag.Duration("drain-timeout", 15*time.Minute, "longest wait for a proxy to catch up after a phase")
+		startTO   = flag.Duration("start-timeout", 10*time.Minute, "longest wait for a proxy's first complete sync; a proxy that takes longer is reported so, and stopped")
+		drainTO   = flag.Duration("drain-timeout", 5*time.Minute, "longest wait for a proxy to catch up after a phase; a proxy that takes longer is reported so, and left out of the later phases")
+		variant   = flag.String("iptables-variant", "legacy", "the iptables variant of both iptables proxies: legacy, or nft (whose iptables-nft-restore takes many minutes from 5,000 services)")
 		probeFor  = flag.Duration("probe", 3*time.Second, "how long each dataplane probe runs")
 		outDir    = flag.String("out", "", "where results and logs go (default: <repo>/.cache/bench)")
 		kpngBin   = flag.String("kpng", "", "kpng binary (default: built from the repository)")
@@ -97,9 +98,13 @@ func main() {
 		os.Exit(runParent(root, *outDir, *reportDir, *noReport))
 	}
 
+	if *variant != "legacy" && *variant != "nft" {
+		fatal(fmt.Errorf("--iptables-variant %q: legacy or nft", *variant))
+	}
 	cfg := &config{churnRate: *churnRate, churnFor: *churnFor, burst: *burst, newServices: *newSvcs,
 		serviceRate: *svcRate, startTimeout: *startTO, drainTimeout: *drainTO, probeFor: *probeFor,
-		outDir: *outDir, runID: os.Getenv(envChild), command: "hack/bench.sh " + strings.Join(os.Args[1:], " ")}
+		iptablesVariant: *variant,
+		outDir:          *outDir, runID: os.Getenv(envChild), command: "hack/bench.sh " + strings.Join(os.Args[1:], " ")}
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {
@@ -126,9 +131,14 @@ func main() {
 			fatal(fmt.Errorf("%v (run hack/install-test-deps.sh)", err))
 		}
 	}
+	if cfg.iptablesPath, err = iptablesPathDir(cfg.outDir, cfg.iptablesVariant); err != nil {
+		fatal(err)
+	}
 	cfg.versions = Versions{
 		KubeProxy:     binaryVersion(cfg.bins.kubeProxy),
 		KubeAPIServer: binaryVersion(apiServerBinary(root)),
+		Iptables:      binaryVersion(filepath.Join(cfg.iptablesPath, "iptables")),
+		Nft:           binaryVersion("nft"),
 	}
 	if err := setupBridge(); err != nil {
 		fatal(err)

@@ -23,12 +23,22 @@ type proxyKind struct {
 	// Reference is the kube-proxy it is compared with ("" for kube-proxy
 	// itself).
 	Reference string
-	// argv returns the command line, given the binaries, the kubeconfig,
-	// and the metrics and healthz addresses.
-	argv func(b binaries, kubeconfig, metrics, healthz string) []string
+	// argv returns the command line.
+	argv func(a runArgs) []string
 	// synced reports whether a log line says a complete sync of the IPv4
 	// rules finished.
 	synced func(line string) bool
+	// iptables: the proxy programs iptables, in the variant the bench
+	// chooses (runArgs.iptablesVariant).
+	iptables bool
+}
+
+// runArgs is what a proxy's command line is made of.
+type runArgs struct {
+	bins             binaries
+	kubeconfig       string
+	metrics, healthz string // addresses
+	iptablesVariant  string // "legacy" or "nft"
 }
 
 // binaries are the programs the bench runs.
@@ -48,12 +58,19 @@ var proxyKinds = []proxyKind{
 }
 
 func kpngKind(name, reference, backend string, extra ...string) proxyKind {
+	iptables := backend == "to-iptables"
 	return proxyKind{
-		Name: name, Reference: reference,
-		argv: func(b binaries, kubeconfig, metrics, healthz string) []string {
-			return append([]string{b.kpng, "--v=2", "kube", "--kubeconfig=" + kubeconfig,
+		Name: name, Reference: reference, iptables: iptables,
+		argv: func(a runArgs) []string {
+			argv := append([]string{a.bins.kpng, "--v=2", "kube", "--kubeconfig=" + a.kubeconfig,
 				"to-local", "--node-name=" + nodeName, backend,
-				"--metrics-bind-address=" + metrics, "--healthz-bind-address=" + healthz}, extra...)
+				"--metrics-bind-address=" + a.metrics, "--healthz-bind-address=" + a.healthz}, extra...)
+			if iptables {
+				// Told, not detected: an empty namespace holds no rules
+				// for kpng's detection to go by.
+				argv = append(argv, "--iptables-mode="+a.iptablesVariant)
+			}
+			return argv
 		},
 		// The driver logs this after every successful sync; the first
 		// one holds the whole cluster (the kube source publishes nothing
@@ -64,11 +81,13 @@ func kpngKind(name, reference, backend string, extra ...string) proxyKind {
 
 func kubeProxyKind(name, mode string) proxyKind {
 	return proxyKind{
-		Name: name,
-		argv: func(b binaries, kubeconfig, metrics, healthz string) []string {
-			return []string{b.kubeProxy, "--v=2", "--proxy-mode=" + mode,
-				"--kubeconfig=" + kubeconfig, "--hostname-override=" + nodeName,
-				"--metrics-bind-address=" + metrics, "--healthz-bind-address=" + healthz,
+		Name: name, iptables: mode == "iptables",
+		// kube-proxy runs the `iptables` of its PATH, which the bench
+		// points at the chosen variant (iptablesEnv).
+		argv: func(a runArgs) []string {
+			return []string{a.bins.kubeProxy, "--v=2", "--proxy-mode=" + mode,
+				"--kubeconfig=" + a.kubeconfig, "--hostname-override=" + nodeName,
+				"--metrics-bind-address=" + a.metrics, "--healthz-bind-address=" + a.healthz,
 				// Leave the conntrack sysctls alone: nf_conntrack_max is
 				// global, and kpng is not told to set them either.
 				"--conntrack-max-per-core=0",
@@ -108,11 +127,11 @@ type proxy struct {
 	atFirstSyncErr error
 }
 
-// start runs the proxy in its namespace, with its output in logPath.
-// The process is forked from a goroutine locked to its thread until the
-// process exits, because the parent-death signal follows the forking
-// thread, not the process.
-func (p *proxy) start(argv []string) error {
+// start runs the proxy in its namespace, with env added to the bench's
+// environment and its output in logPath. The process is forked from a
+// goroutine locked to its thread until the process exits, because the
+// parent-death signal follows the forking thread, not the process.
+func (p *proxy) start(argv, env []string) error {
 	logFile, err := os.Create(p.logPath)
 	if err != nil {
 		return err
@@ -125,7 +144,11 @@ func (p *proxy) start(argv []string) error {
 		argv = append([]string{"ip", "netns", "exec", p.ns}, argv...)
 	}
 	p.cmd = exec.Command(argv[0], argv[1:]...)
+	p.cmd.Env = append(os.Environ(), env...) // the last of a duplicate wins
 	p.cmd.Stdout, p.cmd.Stderr = out, out
+	// A child left holding the output pipe (an iptables-restore of a
+	// killed proxy) must not make Wait hang.
+	p.cmd.WaitDelay = 10 * time.Second
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	started := make(chan error, 1)
 	go func() {

@@ -19,7 +19,7 @@ func TestColdStartUsageIsReadAtTheFirstSync(t *testing.T) {
 		// ns is empty: run without a network namespace.
 		logPath: filepath.Join(t.TempDir(), "spinner.log"),
 	}
-	if err := p.start([]string{"sh", "-c", "echo first sync done; while :; do :; done"}); err != nil {
+	if err := p.start([]string{"sh", "-c", "echo first sync done; while :; do :; done"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.stop)

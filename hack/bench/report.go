@@ -93,22 +93,50 @@ func sizeSection(b *strings.Builder, r *SizeResult) {
 		"and all four proxies (and the API server) ran at the same time on these %d cores.\n\n",
 		r.Started.Format("2006-01-02 15:04"), r.Finished.Format("15:04"), m.Cores, m.CPUModel, m.Kernel,
 		m.LoadStart[0], m.LoadEnd[0], loadRange(r.LoadDuring), m.Cores)
-	fmt.Fprintf(b, "kpng at commit %s; kube-proxy: %s; kube-apiserver: %s. ",
-		r.KpngCommit, orUnrecorded(r.Versions.KubeProxy), orUnrecorded(r.Versions.KubeAPIServer))
+	fmt.Fprintf(b, "kpng at commit %s; kube-proxy: %s; kube-apiserver: %s; %s. ",
+		r.KpngCommit, orUnrecorded(r.Versions.KubeProxy), orUnrecorded(r.Versions.KubeAPIServer),
+		orDefault(r.Versions.Nft, "nft version not recorded"))
+	iptablesNote(b, r)
 	fmt.Fprintf(b, "Command: `%s`. Preload of the API server: %.0fs. Churn: %.0f updates/s for %.0fs; burst: %d updates at once; "+
 		"%d services created then deleted, %s/s.\n\n",
 		r.Command, r.PreloadSeconds, r.ChurnRate, r.ChurnSeconds, r.BurstUpdates, r.NewServices, f0(r.ServiceRate))
 
 	cols := []string{"kpng-nft", "kube-proxy-nftables", "ratio", "kpng-iptables", "kube-proxy-iptables", "ratio"}
 	b.WriteString("| | " + strings.Join(cols, " | ") + " |\n|---|" + strings.Repeat("---:|", len(cols)) + "\n")
-	row := func(name string, get func(*ProxyResult) float64, format func(float64) string) {
+	// A row's cells are the proxies' values; note, when it says
+	// something, replaces a missing value with why it is missing.
+	row := func(name string, get func(*ProxyResult) float64, format func(float64) string, note ...func(*ProxyResult) string) {
+		cell := func(p *ProxyResult, v float64) string {
+			for _, n := range note {
+				if p != nil {
+					if s := n(p); s != "" {
+						return s
+					}
+				}
+			}
+			return format(v)
+		}
 		cells := []string{name}
 		for _, pair := range pairs {
 			k, ref := r.proxy(pair[0]), r.proxy(pair[1])
 			kv, rv := value(k, get), value(ref, get)
-			cells = append(cells, format(kv), format(rv), ratio(kv, rv))
+			cells = append(cells, cell(k, kv), cell(ref, rv), ratio(kv, rv))
 		}
 		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
+	}
+	noSync := func(p *ProxyResult) string {
+		if p.NoSyncWithin != "" {
+			return "did not sync within " + p.NoSyncWithin
+		}
+		return ""
+	}
+	notCaughtUp := func(phase string) func(*ProxyResult) string {
+		return func(p *ProxyResult) string {
+			if ph := p.Phases[phase]; ph != nil && !ph.CaughtUp {
+				return "not caught up within " + orDefault(r.DrainTimeout, "the drain timeout")
+			}
+			return ""
+		}
 	}
 	phase := func(name string, get func(*PhaseResult) float64) func(*ProxyResult) float64 {
 		return func(p *ProxyResult) float64 {
@@ -119,7 +147,7 @@ func sizeSection(b *strings.Builder, r *SizeResult) {
 			return get(ph)
 		}
 	}
-	row("cold start: first complete sync (s)", func(p *ProxyResult) float64 { return nz(p.FirstSyncSeconds) }, f1)
+	row("cold start: first complete sync (s)", func(p *ProxyResult) float64 { return nz(p.FirstSyncSeconds) }, f1, noSync)
 	row("cold start: CPU until that sync (s)", func(p *ProxyResult) float64 { return nz(p.ColdStartCPUSeconds) }, f1)
 	row("cold start: RSS at that sync (MiB)", func(p *ProxyResult) float64 { return nz(p.RSSAfterStartMB) }, f0)
 	row("churn: syncs", phase(phaseChurn, func(ph *PhaseResult) float64 { return ph.Syncs }), f0)
@@ -132,12 +160,12 @@ func sizeSection(b *strings.Builder, r *SizeResult) {
 	row("churn: network programming p99 (s)", phase(phaseChurn, func(ph *PhaseResult) float64 { return nz(ph.NetProgP99) }), f2)
 	row("churn: CPU (s)", phase(phaseChurn, func(ph *PhaseResult) float64 { return ph.CPUSeconds }), f1)
 	row("churn: cores busy", phase(phaseChurn, func(ph *PhaseResult) float64 { return ph.CPUSeconds / ph.WallSeconds }), f2)
-	row("burst: caught up after (s)", phase(phaseBurst, caughtUp), f1)
+	row("burst: caught up after (s)", phase(phaseBurst, caughtUp), f1, notCaughtUp(phaseBurst))
 	row("burst: network programming p99 (s)", phase(phaseBurst, func(ph *PhaseResult) float64 { return nz(ph.NetProgP99) }), f2)
 	row("burst: CPU (s)", phase(phaseBurst, func(ph *PhaseResult) float64 { return ph.CPUSeconds }), f1)
-	row("create: caught up after (s)", phase(phaseCreate, caughtUp), f1)
+	row("create: caught up after (s)", phase(phaseCreate, caughtUp), f1, notCaughtUp(phaseCreate))
 	row("create: network programming p99 (s)", phase(phaseCreate, func(ph *PhaseResult) float64 { return nz(ph.NetProgP99) }), f2)
-	row("delete: caught up after (s)", phase(phaseDelete, caughtUp), f1)
+	row("delete: caught up after (s)", phase(phaseDelete, caughtUp), f1, notCaughtUp(phaseDelete))
 	row("RSS at the end (MiB)", func(p *ProxyResult) float64 { return nz(p.RSSEndMB) }, f0)
 	row("peak RSS (MiB)", func(p *ProxyResult) float64 { return nz(p.PeakRSSMB) }, f0)
 	probeRow := func(i int, what string, get func(ProbeResult) float64, format func(float64) string) {
@@ -158,13 +186,43 @@ func sizeSection(b *strings.Builder, r *SizeResult) {
 		if p.Error != "" {
 			fmt.Fprintf(b, "- %s: %s\n", p.Name, p.Error)
 		}
-		for _, name := range phases {
-			if ph := p.Phases[name]; ph != nil && !ph.CaughtUp {
-				fmt.Fprintf(b, "- %s did not catch up after the %s phase within the drain timeout.\n", p.Name, name)
-			}
-		}
 	}
 	b.WriteString("\n")
+}
+
+// iptablesNote says which iptables both iptables proxies ran, and where
+// each proxy's rules were found at the end.
+func iptablesNote(b *strings.Builder, r *SizeResult) {
+	if r.IptablesVariant == "" {
+		b.WriteString("The iptables variant was not recorded (the host's default `iptables`). ")
+		return
+	}
+	fmt.Fprintf(b, "Both iptables proxies ran the %s variant, %s (kube-proxy's PATH led `iptables` to it; kpng was "+
+		"given `--iptables-mode=%s`), each with an xtables lock file of its own.", r.IptablesVariant,
+		orUnrecorded(r.Versions.Iptables), r.IptablesVariant)
+	var where []string
+	for _, p := range r.Proxies {
+		if !p.RulesChecked {
+			continue
+		}
+		tables := "none"
+		if len(p.NftTables) > 0 {
+			tables = "`" + strings.Join(p.NftTables, "`, `") + "`"
+		}
+		where = append(where, fmt.Sprintf("%s: %s rules in the legacy nat table, nf_tables tables %s",
+			p.Name, thousands(p.LegacyNATRules), tables))
+	}
+	if len(where) > 0 {
+		fmt.Fprintf(b, " Checked at the end of the run, in each proxy's namespace: %s.", strings.Join(where, "; "))
+	}
+	b.WriteString(" ")
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
 }
 
 // orUnrecorded stands in for a version that results written before the

@@ -27,6 +27,13 @@ type SizeResult struct {
 	BurstUpdates   int      `json:"burst_updates"`
 	NewServices    int      `json:"new_services"`
 	ServiceRate    float64  `json:"service_rate"`
+	// IptablesVariant is the variant both iptables proxies were given:
+	// legacy or nft.
+	IptablesVariant string `json:"iptables_variant,omitempty"`
+	// StartTimeout and DrainTimeout are the longest waits for a first
+	// sync and for catching up after a phase.
+	StartTimeout string `json:"start_timeout,omitempty"`
+	DrainTimeout string `json:"drain_timeout,omitempty"`
 	// ProbeSeconds is how long each dataplane probe ran.
 	ProbeSeconds float64 `json:"probe_seconds,omitempty"`
 	// LoadDuring are the 1-minute load averages sampled during the run:
@@ -39,6 +46,10 @@ type SizeResult struct {
 type Versions struct {
 	KubeProxy     string `json:"kube_proxy,omitempty"`
 	KubeAPIServer string `json:"kube_apiserver,omitempty"`
+	// Iptables is the variant's, as both iptables proxies ran it
+	// ("iptables v1.8.9 (legacy)").
+	Iptables string `json:"iptables,omitempty"`
+	Nft      string `json:"nft,omitempty"`
 }
 
 // Machine describes where the run happened.
@@ -75,6 +86,12 @@ type ProxyResult struct {
 	// Probes are the dataplane probes: to the probe Service's cluster IP,
 	// and to its pod directly (no service).
 	Probes []ProbeResult `json:"probes,omitempty"`
+	// LegacyNATRules and NftTables say where the proxy's rules were at
+	// the end: the rules of its namespace's legacy nat table, and its
+	// nf_tables tables ("ip nat" is iptables-nft's).
+	LegacyNATRules int      `json:"legacy_nat_rules"`
+	NftTables      []string `json:"nft_tables,omitempty"`
+	RulesChecked   bool     `json:"rules_checked,omitempty"`
 }
 
 // PhaseResult is what one proxy did during one workload, from metrics

@@ -49,6 +49,10 @@ type config struct {
 	command      string
 	kpngVersion  string
 	versions     Versions
+	// iptablesVariant is legacy or nft; iptablesPath the directory that
+	// makes `iptables` the variant's (iptablesPathDir).
+	iptablesVariant string
+	iptablesPath    string
 }
 
 // runSize runs the whole bench at one size, and writes its result.
@@ -75,7 +79,8 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 	res = &SizeResult{Services: n, EndpointsPerService: endpointsPerService, Started: time.Now().UTC(),
 		Command: cfg.command, Machine: machine(), ChurnRate: cfg.churnRate, ChurnSeconds: cfg.churnFor.Seconds(),
 		BurstUpdates: cfg.burst, NewServices: cfg.newServices, ServiceRate: cfg.serviceRate,
-		KpngCommit: cfg.kpngVersion, Versions: cfg.versions, ProbeSeconds: cfg.probeFor.Seconds()}
+		KpngCommit: cfg.kpngVersion, Versions: cfg.versions, ProbeSeconds: cfg.probeFor.Seconds(),
+		IptablesVariant: cfg.iptablesVariant, StartTimeout: cfg.startTimeout.String(), DrainTimeout: cfg.drainTimeout.String()}
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	var loadMu sync.Mutex
@@ -136,8 +141,10 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 	// Cold start: all four at once.
 	status.set(n, "cold start")
 	for i, p := range proxies {
-		argv := p.kind.argv(cfg.bins, kubeconfig, p.metrics, net.JoinHostPort(p.addr, healthzPort(i)))
-		if err := p.start(argv); err != nil {
+		argv := p.kind.argv(runArgs{bins: cfg.bins, kubeconfig: kubeconfig, metrics: p.metrics,
+			healthz: net.JoinHostPort(p.addr, healthzPort(i)), iptablesVariant: cfg.iptablesVariant})
+		env := proxyEnv(cfg.iptablesPath, filepath.Join(dir, p.kind.Name+".xtables.lock"))
+		if err := p.start(argv, env); err != nil {
 			return nil, err
 		}
 		tb.Cleanup(p.stop)
@@ -155,7 +162,7 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 	drain(ctx, cfg, live, time.Time{}, nil)
 
 	for _, phase := range phases {
-		if err := runPhase(ctx, cfg, cl, phase, live, res); err != nil {
+		if live, err = runPhase(ctx, cfg, cl, phase, live, res); err != nil {
 			return res, fmt.Errorf("phase %s: %w", phase, err)
 		}
 	}
@@ -186,6 +193,19 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 		}
 		res.Proxies[i].RSSEndMB = mb(u.RSSBytes)
 		res.Proxies[i].PeakRSSMB = mb(u.PeakRSSBytes)
+	}
+
+	// Where the rules are: the variant the iptables proxies really used.
+	status.set(n, "checking where each proxy's rules are")
+	for i, p := range proxies {
+		r := res.Proxies[i]
+		legacy, tables, err := rulesWhere(p.ns)
+		if err != nil {
+			r.Error = joinErr(r.Error, err.Error())
+			continue
+		}
+		r.LegacyNATRules, r.NftTables, r.RulesChecked = legacy, tables, true
+		logf("size %d: %s: %d rules in the legacy nat table; nf_tables tables: %v", n, p.kind.Name, legacy, tables)
 	}
 	stopLoad()
 	loadMu.Lock()
@@ -338,14 +358,17 @@ func takeSnapshot(ctx context.Context, p *proxy) (snapshot, error) {
 
 var ipv4 = map[string]string{labelFamily: familyIPv4}
 
-// runPhase runs one workload and records each proxy's figures for it.
-func runPhase(ctx context.Context, cfg *config, cl *cluster, phase string, live []*proxy, res *SizeResult) error {
+// runPhase runs one workload, records each proxy's figures for it, and
+// returns the proxies that caught up: one that did not within
+// cfg.drainTimeout is left running (its rules are still probed at the
+// end), but out of the later phases, whose figures it would spoil.
+func runPhase(ctx context.Context, cfg *config, cl *cluster, phase string, live []*proxy, res *SizeResult) ([]*proxy, error) {
 	n := res.Services
 	before := map[*proxy]snapshot{}
 	for _, p := range live {
 		s, err := takeSnapshot(ctx, p)
 		if err != nil {
-			return err
+			return live, err
 		}
 		before[p] = s
 	}
@@ -367,15 +390,26 @@ func runPhase(ctx context.Context, cfg *config, cl *cluster, phase string, live 
 		changes, err = cfg.newServices, cl.deleteServices(ctx, cfg.newServices, cfg.serviceRate)
 	}
 	if err != nil {
-		return err
+		return live, err
 	}
 	lastWrite := time.Now()
 	status.set(n, phase+": waiting for the proxies to catch up")
 	caught := drain(ctx, cfg, live, lastWrite, func(p *proxy, at time.Time) {
 		status.set(n, fmt.Sprintf("%s: %s caught up after %.1fs", phase, p.kind.Name, at.Sub(start).Seconds()))
 	})
+	var next []*proxy
 	for i, p := range live {
 		r := res.proxy(p.kind.Name)
+		switch {
+		case !p.running():
+			r.Error = joinErr(r.Error, fmt.Sprintf("exited during the %s: %v (log: %s)", phase, p.exitErr, p.logPath))
+			continue
+		case caught[i].IsZero():
+			r.Error = joinErr(r.Error, fmt.Sprintf("did not catch up after the %s within %v: left out of the later phases",
+				phase, cfg.drainTimeout))
+		default:
+			next = append(next, p)
+		}
 		after, err := takeSnapshot(ctx, p)
 		if err != nil {
 			r.Error = joinErr(r.Error, fmt.Sprintf("%s: %v", phase, err))
@@ -405,7 +439,7 @@ func runPhase(ctx context.Context, cfg *config, cl *cluster, phase string, live 
 			n, phase, p.kind.Name, pr.Syncs, secs(pr.SyncP50), secs(pr.SyncP99), secs(pr.NetProgP50), secs(pr.NetProgP99),
 			pr.CPUSeconds, pr.CaughtUp, pr.CaughtUpSeconds)
 	}
-	return nil
+	return next, nil
 }
 
 func mustHistogram(m Metrics, name string, want map[string]string) Histogram {

@@ -101,6 +101,8 @@ func preloadAddr(i, j int) string {
 
 // createNode creates the Node every proxy serves.
 func createNode(ctx context.Context, c kubernetes.Interface) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*requestTimeout)
+	defer cancel()
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}
 	n, err := c.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
 	if err != nil {
@@ -120,7 +122,7 @@ func preload(ctx context.Context, c kubernetes.Interface, n int, progress func(d
 	var done atomic.Int64
 	err := parallel(ctx, n, func(ctx context.Context, i int) error {
 		name := fmt.Sprintf("svc-%d", i)
-		if err := retry(ctx, apierrors.IsAlreadyExists, func() error {
+		if err := retry(ctx, apierrors.IsAlreadyExists, func(ctx context.Context) error {
 			_, err := c.CoreV1().Services(namespace).Create(ctx, newService(name), metav1.CreateOptions{})
 			return err
 		}); err != nil {
@@ -130,7 +132,7 @@ func preload(ctx context.Context, c kubernetes.Interface, n int, progress func(d
 		for j := range addrs {
 			addrs[j] = preloadAddr(i, j)
 		}
-		err := retry(ctx, nil, func() error {
+		err := retry(ctx, nil, func(ctx context.Context) error {
 			s, err := c.DiscoveryV1().EndpointSlices(namespace).Create(ctx, newSlice(name, addrs, "", false), metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
 				s, err = c.DiscoveryV1().EndpointSlices(namespace).Get(ctx, name+"-1", metav1.GetOptions{})
@@ -149,24 +151,38 @@ func preload(ctx context.Context, c kubernetes.Interface, n int, progress func(d
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.CoreV1().Services(namespace).Create(ctx, newService(probeService), metav1.CreateOptions{}); err != nil {
+	if err := retry(ctx, apierrors.IsAlreadyExists, func(ctx context.Context) error {
+		_, err := c.CoreV1().Services(namespace).Create(ctx, newService(probeService), metav1.CreateOptions{})
+		return err
+	}); err != nil {
 		return nil, fmt.Errorf("service %s: %w", probeService, err)
 	}
-	if _, err := c.DiscoveryV1().EndpointSlices(namespace).Create(ctx, newSlice(probeService, []string{probePodIP}, nodeName, false), metav1.CreateOptions{}); err != nil {
+	if err := retry(ctx, apierrors.IsAlreadyExists, func(ctx context.Context) error {
+		_, err := c.DiscoveryV1().EndpointSlices(namespace).Create(ctx, newSlice(probeService, []string{probePodIP}, nodeName, false), metav1.CreateOptions{})
+		return err
+	}); err != nil {
 		return nil, fmt.Errorf("endpointslice of %s: %w", probeService, err)
 	}
 	return cl, nil
 }
 
-// retry runs fn until it succeeds, up to 5 times with a growing pause: on
-// a loaded machine etcd may time out a request ("etcdserver: request timed
-// out"), which is the API server's trouble, not the proxies'. ok tells
-// which errors mean the previous attempt was applied after all (a create
-// that finds the object, a delete that does not).
-func retry(ctx context.Context, ok func(error) bool, fn func() error) error {
+// requestTimeout bounds each API request: client-go sets none, and a
+// request lost to a stuck API server would hang the bench.
+const requestTimeout = 30 * time.Second
+
+// retry runs fn until it succeeds, up to 5 times with a growing pause, each
+// attempt given requestTimeout: on a loaded machine etcd may time out a
+// request ("etcdserver: request timed out"), which is the API server's
+// trouble, not the proxies'. ok tells which errors mean the previous
+// attempt was applied after all (a create that finds the object, a delete
+// that does not).
+func retry(ctx context.Context, ok func(error) bool, fn func(ctx context.Context) error) error {
 	var err error
 	for attempt := range 5 {
-		if err = fn(); err == nil || (attempt > 0 && ok != nil && ok(err)) {
+		actx, cancel := context.WithTimeout(ctx, requestTimeout)
+		err = fn(actx)
+		cancel()
+		if err == nil || (attempt > 0 && ok != nil && ok(err)) {
 			return nil
 		}
 		if apierrors.IsConflict(err) || ctx.Err() != nil {
@@ -223,7 +239,7 @@ func (cl *cluster) update(ctx context.Context, i int) error {
 	j := int(g) % len(s.Endpoints)
 	s.Endpoints[j].Addresses = []string{netip.AddrFrom4([4]byte{10, 150 + byte(g>>16), byte(g >> 8), byte(g)}).String()}
 	var out *discoveryv1.EndpointSlice
-	err := retry(ctx, nil, func() error {
+	err := retry(ctx, nil, func(ctx context.Context) error {
 		stamp(s)
 		var err error
 		out, err = cl.c.DiscoveryV1().EndpointSlices(namespace).Update(ctx, s, metav1.UpdateOptions{})
@@ -301,7 +317,7 @@ func (cl *cluster) burst(ctx context.Context, k int) error {
 func (cl *cluster) createServices(ctx context.Context, k int, rate float64) error {
 	return paced(ctx, k, rate, func(ctx context.Context, i int) error {
 		name := fmt.Sprintf("new-%d", i)
-		if err := retry(ctx, apierrors.IsAlreadyExists, func() error {
+		if err := retry(ctx, apierrors.IsAlreadyExists, func(ctx context.Context) error {
 			_, err := cl.c.CoreV1().Services(namespace).Create(ctx, newService(name), metav1.CreateOptions{})
 			return err
 		}); err != nil {
@@ -311,7 +327,7 @@ func (cl *cluster) createServices(ctx context.Context, k int, rate float64) erro
 		for j := range addrs {
 			addrs[j] = netip.AddrFrom4([4]byte{10, 140, byte(i), byte(j + 1)}).String()
 		}
-		if err := retry(ctx, apierrors.IsAlreadyExists, func() error {
+		if err := retry(ctx, apierrors.IsAlreadyExists, func(ctx context.Context) error {
 			_, err := cl.c.DiscoveryV1().EndpointSlices(namespace).Create(ctx, newSlice(name, addrs, "", true), metav1.CreateOptions{})
 			return err
 		}); err != nil {
@@ -325,12 +341,12 @@ func (cl *cluster) createServices(ctx context.Context, k int, rate float64) erro
 func (cl *cluster) deleteServices(ctx context.Context, k int, rate float64) error {
 	return paced(ctx, k, rate, func(ctx context.Context, i int) error {
 		name := fmt.Sprintf("new-%d", i)
-		if err := retry(ctx, apierrors.IsNotFound, func() error {
+		if err := retry(ctx, apierrors.IsNotFound, func(ctx context.Context) error {
 			return cl.c.DiscoveryV1().EndpointSlices(namespace).Delete(ctx, name+"-1", metav1.DeleteOptions{})
 		}); err != nil {
 			return fmt.Errorf("endpointslice of %s: %w", name, err)
 		}
-		if err := retry(ctx, apierrors.IsNotFound, func() error {
+		if err := retry(ctx, apierrors.IsNotFound, func(ctx context.Context) error {
 			return cl.c.CoreV1().Services(namespace).Delete(ctx, name, metav1.DeleteOptions{})
 		}); err != nil {
 			return fmt.Errorf("service %s: %w", name, err)
