@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"math"
 	"sync"
 	"time"
@@ -271,12 +272,19 @@ func (inf *informer) start(ctx context.Context, running *sync.WaitGroup, c *conn
 	if err := inf.SetTransform(trim); err != nil {
 		return nil, fmt.Errorf("%s: %w", inf.name, err)
 	}
+	var errs repeats
 	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
-		if c.isDown() || quietWatchError(err) {
+		switch {
+		case quietWatchError(err) || c.isDown() || (refusal(err) && c.recentlyBack()):
+			// The end of a watch, or an outage, or what a restarted
+			// server refuses while it loads its roles or its storage:
+			// c logs the outage once.
 			logger.V(4).Info("Watch ended; retrying", "resource", inf.name, "err", err)
-			return
+		case errs.first(err, time.Now()):
+			logger.Error(err, "Watching the API server; retrying", "resource", inf.name)
+		default:
+			logger.V(4).Info("Watching the API server failed again; retrying", "resource", inf.name, "err", err)
 		}
-		logger.Error(err, "Watching the API server; retrying", "resource", inf.name)
 	}); err != nil {
 		return nil, fmt.Errorf("%s: %w", inf.name, err)
 	}
@@ -294,6 +302,42 @@ func (inf *informer) start(ctx context.Context, running *sync.WaitGroup, c *conn
 		inf.RunWithContext(runCtx)
 	}()
 	return reg, nil
+}
+
+// refusal reports whether err is an answer of the API server that refused
+// the request rather than served it (see conn).
+func refusal(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	code := status.Status().Code
+	return code == http.StatusUnauthorized || code == http.StatusForbidden || code == http.StatusTooManyRequests || code >= 500
+}
+
+// repeatEvery is how often an error that keeps coming back, the same, is
+// logged again at the default level.
+const repeatEvery = 10 * time.Minute
+
+// repeats tells an error from the one before: a watch retries with backoff
+// (up to about 30s), and a persistent error (403, say) logged at every
+// retry would drown the log.
+type repeats struct {
+	mu     sync.Mutex
+	last   string
+	logged time.Time
+}
+
+// first reports whether err should be logged: it differs from the last
+// error, or that one was logged repeatEvery ago.
+func (r *repeats) first(err error, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if msg := err.Error(); msg != r.last || now.Sub(r.logged) >= repeatEvery {
+		r.last, r.logged = msg, now
+		return true
+	}
+	return false
 }
 
 // quietWatchError: the ends of a watch that are part of normal operation or

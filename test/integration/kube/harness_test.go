@@ -51,12 +51,30 @@ type delivery struct {
 	CIDRs    []string
 }
 
-// startSource starts the kube source for opts.NodeName, with the client
-// settings kpng uses by default (kube-proxy's QPS, burst and protobuf),
-// and a feed of the node's view. Both stop when the test ends.
+// kpngKubeconfigs holds, for each test API server, a kubeconfig of kpng's
+// ServiceAccount.
+var kpngKubeconfigs sync.Map
+
+// kpngKubeconfig returns a kubeconfig with the identity and permissions
+// kpng has in a cluster: deploy/rbac.yaml's ServiceAccount, applied on
+// first use.
+func kpngKubeconfig(api *apiserver.Server) string {
+	if path, ok := kpngKubeconfigs.Load(api); ok {
+		return path.(string)
+	}
+	api.Apply("deploy/rbac.yaml")
+	path := api.ServiceAccountKubeconfig("kube-system", "kpng")
+	kpngKubeconfigs.Store(api, path)
+	return path
+}
+
+// startSource starts the kube source for opts.NodeName, as kpng's
+// ServiceAccount, with the client settings kpng uses by default
+// (kube-proxy's QPS, burst and protobuf), and a feed of the node's view.
+// Both stop when the test ends.
 func startSource(t *testing.T, api *apiserver.Server, opts brain.Options) *harness {
 	t.Helper()
-	config, err := kube.ClientConfig{Kubeconfig: api.KubeconfigPath, QPS: kube.DefaultQPS, Burst: kube.DefaultBurst,
+	config, err := kube.ClientConfig{Kubeconfig: kpngKubeconfig(api), QPS: kube.DefaultQPS, Burst: kube.DefaultBurst,
 		ContentType: kube.DefaultContentType}.RESTConfig()
 	if err != nil {
 		t.Fatal(err)
