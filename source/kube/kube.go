@@ -1,13 +1,21 @@
 // Package kube is the source of cluster state that watches a Kubernetes API
-// server: Services, discovery/v1 EndpointSlices, Nodes and (when the server
-// serves them) networking/v1 ServiceCIDRs, through client-go informers, with
-// kube-proxy's server-side selectors.
+// server: Services, discovery/v1 EndpointSlices, Nodes and networking/v1
+// ServiceCIDRs, through client-go informers, with kube-proxy's server-side
+// selectors.
 //
 // Every informer event is written to the cluster store as it comes; the
 // store drops writes that change nothing, so its revision moves only on
 // real change (a relist after an outage rewrites everything and moves
 // nothing). The store is marked synced once, when every informer has
 // delivered its initial list: no partial state is ever published.
+//
+// ServiceCIDRs are watched always, as kube-proxy watches them. A server
+// older than Kubernetes 1.33 does not serve them: when its answer to the
+// list is 404, the first view is published without them, and the informer
+// keeps asking, so that they arrive once the server is upgraded, without a
+// restart of kpng. A refusal (403: a ClusterRole without servicecidrs) is
+// not taken for an old server: the first view waits, and the error is
+// logged.
 package kube
 
 import (
@@ -16,16 +24,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"math"
 	"sync"
 	"time"
 
-	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
 	networkinginformers "k8s.io/client-go/informers/networking/v1"
@@ -108,11 +112,6 @@ func (s *Source) Run(ctx context.Context, store *cluster.Store) error {
 		return fmt.Errorf("creating the API client: %w", err)
 	}
 
-	withCIDRs, err := waitServiceCIDRDiscovery(ctx, logger, client.Discovery(), c)
-	if err != nil {
-		return nil // ctx ended
-	}
-
 	w := &writer{store: store, logger: logger}
 	var informers []*informer
 	add := func(inf *informer) { informers = append(informers, inf) }
@@ -131,14 +130,10 @@ func (s *Source) Run(ctx context.Context, store *cluster.Store) error {
 	nodes.handler = handler(w, setNode, func(tx *cluster.Tx, _, name string) { tx.DeleteNode(name) })
 	add(nodes)
 
-	var cidrs *informer
-	if withCIDRs {
-		cidrs = newInformer("servicecidrs", networkinginformers.NewFilteredServiceCIDRInformer(client, 0, cache.Indexers{}, nil))
-		cidrs.handler = handler(w, setServiceCIDR, func(tx *cluster.Tx, _, name string) { tx.DeleteServiceCIDR(name) })
-		add(cidrs)
-	} else {
-		logger.Info("The API server serves no networking.k8s.io/v1 ServiceCIDRs; the view will have none")
-	}
+	cidrs := newInformer("servicecidrs", networkinginformers.NewFilteredServiceCIDRInformer(client, 0, cache.Indexers{}, nil))
+	cidrs.handler = handler(w, setServiceCIDR, func(tx *cluster.Tx, _, name string) { tx.DeleteServiceCIDR(name) })
+	cidrs.unserved = make(chan struct{})
+	add(cidrs)
 
 	ctx, cancel := context.WithCancel(ctx)
 	var running sync.WaitGroup
@@ -146,19 +141,20 @@ func (s *Source) Run(ctx context.Context, store *cluster.Store) error {
 		cancel() // before waiting: Run may return before its ctx ends
 		running.Wait()
 	}()
-	var synced []cache.DoneChecker
+	synced := map[*informer]cache.DoneChecker{}
 	for _, inf := range informers {
 		reg, err := inf.start(ctx, &running, c)
 		if err != nil {
 			return err
 		}
-		synced = append(synced, reg.HasSyncedChecker())
+		synced[inf] = reg.HasSyncedChecker()
 	}
 
 	began := time.Now()
-	for _, d := range synced {
+	for _, inf := range informers {
 		select {
-		case <-d.Done():
+		case <-synced[inf].Done():
+		case <-inf.unserved: // nil, and never ready, but for ServiceCIDRs
 		case <-ctx.Done():
 			return nil
 		}
@@ -180,6 +176,17 @@ func (s *Source) Run(ctx context.Context, store *cluster.Store) error {
 	logger.Info("Synced with the API server", "took", time.Since(began).Round(time.Millisecond),
 		"services", count(services), "endpointSlices", count(slices),
 		"nodes", count(nodes), "serviceCIDRs", count(cidrs), "events", st.Events, "clusterRevision", st.Revision)
+	if d := synced[cidrs].Done(); !isClosed(d) {
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			select {
+			case <-d:
+				logger.Info("The API server serves ServiceCIDRs now; they are in the view", "serviceCIDRs", count(cidrs))
+			case <-ctx.Done():
+			}
+		}()
+	}
 
 	s.logStats(ctx, logger, store)
 	return nil
@@ -215,42 +222,13 @@ func (s *Source) logStats(ctx context.Context, logger klog.Logger, store *cluste
 	}
 }
 
-// waitServiceCIDRDiscovery asks the API server, until it answers, whether
-// it serves networking.k8s.io/v1 ServiceCIDRs. It fails only when ctx ends.
-func waitServiceCIDRDiscovery(ctx context.Context, logger klog.Logger, dc discovery.DiscoveryInterface, c *conn) (bool, error) {
-	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 30 * time.Second}
-	for {
-		ok, err := servesServiceCIDRs(dc)
-		if err == nil {
-			return ok, nil
-		}
-		if !c.isDown() { // an outage is logged once, by c
-			logger.Error(err, "Discovering the API server's resources; retrying")
-		}
-		select {
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-time.After(backoff.Step()):
-		}
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
-}
-
-// servesServiceCIDRs reports whether the API server serves
-// networking.k8s.io/v1 ServiceCIDRs (Kubernetes 1.33 and later).
-func servesServiceCIDRs(dc discovery.DiscoveryInterface) (bool, error) {
-	list, err := dc.ServerResourcesForGroupVersion(networkingv1.SchemeGroupVersion.String())
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("discovering %s: %w", networkingv1.SchemeGroupVersion, err)
-	}
-	for _, r := range list.APIResources {
-		if r.Name == "servicecidrs" {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 // informer is one watch and what its events do to the store.
@@ -258,6 +236,10 @@ type informer struct {
 	cache.SharedIndexInformer
 	name    string
 	handler cache.ResourceEventHandler
+	// unserved, when not nil, is closed the first time the API server
+	// answers that it does not serve the resource (404): the first view
+	// does not wait for an optional resource an older server lacks.
+	unserved chan struct{}
 }
 
 func newInformer(name string, inf cache.SharedIndexInformer) *informer {
@@ -275,6 +257,14 @@ func (inf *informer) start(ctx context.Context, running *sync.WaitGroup, c *conn
 	var errs repeats
 	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
 		switch {
+		case inf.unserved != nil && apierrors.IsNotFound(err):
+			if !isClosed(inf.unserved) {
+				logger.Info("The API server does not serve this resource (Kubernetes older than 1.33?); the view has none until it does",
+					"resource", inf.name, "err", err)
+				close(inf.unserved)
+				return
+			}
+			logger.V(4).Info("Resource still not served; retrying", "resource", inf.name, "err", err)
 		case quietWatchError(err) || c.isDown() || (refusal(err) && c.recentlyBack()):
 			// The end of a watch, or an outage, or what a restarted
 			// server refuses while it loads its roles or its storage:
