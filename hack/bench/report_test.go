@@ -121,3 +121,54 @@ func TestReport(t *testing.T) {
 		}
 	}
 }
+
+// The targets are stated at 10,000 services: they are checked there even
+// when a larger size (30,000) ran too, and said to be indicative when
+// 10,000 did not run.
+func TestTargetsAt10000Services(t *testing.T) {
+	all := sampleResults() // 100 to 10,000
+	big := *all[3]
+	big.Services = 30000
+	var b strings.Builder
+	targetsSection(&b, append(all, &big))
+	if got := b.String(); !strings.Contains(got, "### Targets at 10,000 services") {
+		t.Errorf("with 30,000 run too, the targets are not checked at 10,000:\n%s", got)
+	}
+
+	b.Reset()
+	targetsSection(&b, all[:3]) // up to 5,000
+	got := b.String()
+	for _, want := range []string{"### Targets, at 5,000 services", "**10,000 services, where the targets are stated, were not run**"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("without 10,000: the section lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+// Each target kpng misses is listed with its numbers; a network
+// programming goal under the minimum sync period is explained as such.
+func TestTargetsListShortfalls(t *testing.T) {
+	r := sampleResults()[3]
+	k, ref := r.proxy("kpng-nft"), r.proxy("kube-proxy-nftables")
+	k.Phases[phaseChurn].NetProgP99, k.Phases[phaseChurn].NetProgP99Bucket = 1.7, 2
+	ref.Phases[phaseChurn].NetProgP99 = 2.73
+	k.RSSEndMB, ref.RSSEndMB = 83, 105
+	var b strings.Builder
+	targetsSection(&b, []*SizeResult{r})
+	got := b.String()
+	for _, want := range []string{
+		"| network programming p99 under churn (s) | 1.70 | 2.73 | 0.62 | ≤ 0.1 | **no** |",
+		"#### Where kpng falls short at 10,000 services",
+		"- **network programming p99 under churn (s)**: kpng-nft 1.70 against kube-proxy-nftables 2.73, a ratio of 0.62 " +
+			"where the goal is at most 0.1 (kpng would need 0.27 or less). That goal is below the 1 s minimum sync period",
+		"lies in the histogram bucket that ends at 2 s",
+		"- **RSS at the end (MiB)**: kpng-nft 83 against kube-proxy-nftables 105, a ratio of 0.79 where the goal is at most 0.5 (kpng would need 52 or less).",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the section lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "- **CPU during churn") {
+		t.Errorf("a target met is listed as a shortfall:\n%s", got)
+	}
+}
