@@ -159,7 +159,7 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 	// again once its Node informer reports) before measuring anything.
 	status.set(n, "waiting for the proxies to go idle")
 	time.Sleep(settle)
-	drain(ctx, cfg, live, time.Time{}, nil)
+	drain(ctx, cfg, live, time.Time{}, time.Time{}, nil)
 
 	for _, phase := range phases {
 		if live, err = runPhase(ctx, cfg, cl, phase, live, res); err != nil {
@@ -343,8 +343,9 @@ func waitColdStart(ctx context.Context, cfg *config, proxies []*proxy, res *Size
 
 // snapshot is a proxy's metrics and usage at one moment.
 type snapshot struct {
-	m Metrics
-	u ProcUsage
+	m     Metrics
+	u     ProcUsage
+	taken time.Time
 }
 
 func takeSnapshot(ctx context.Context, p *proxy) (snapshot, error) {
@@ -353,7 +354,7 @@ func takeSnapshot(ctx context.Context, p *proxy) (snapshot, error) {
 		return snapshot{}, err
 	}
 	m, err := p.scrape(ctx)
-	return snapshot{m: m, u: u}, err
+	return snapshot{m: m, u: u, taken: time.Now()}, err
 }
 
 var ipv4 = map[string]string{labelFamily: familyIPv4}
@@ -392,9 +393,14 @@ func runPhase(ctx context.Context, cfg *config, cl *cluster, phase string, live 
 	if err != nil {
 		return live, err
 	}
-	lastWrite := time.Now()
+	// A proxy may apply the last change before its write returns to the
+	// bench: a sync that ended after the last write began counts.
+	lastWrite, wrote := cl.lastWriteStart(), time.Now()
+	if lastWrite.IsZero() {
+		lastWrite = wrote
+	}
 	status.set(n, phase+": waiting for the proxies to catch up")
-	caught := drain(ctx, cfg, live, lastWrite, func(p *proxy, at time.Time) {
+	caught := drain(ctx, cfg, live, lastWrite, wrote, func(p *proxy, at time.Time) {
 		status.set(n, fmt.Sprintf("%s: %s caught up after %.1fs", phase, p.kind.Name, at.Sub(start).Seconds()))
 	})
 	var next []*proxy
@@ -404,16 +410,22 @@ func runPhase(ctx context.Context, cfg *config, cl *cluster, phase string, live 
 		case !p.running():
 			r.Error = joinErr(r.Error, fmt.Sprintf("exited during the %s: %v (log: %s)", phase, p.exitErr, p.logPath))
 			continue
-		case caught[i].IsZero():
+		case caught[i].at.IsZero():
 			r.Error = joinErr(r.Error, fmt.Sprintf("did not catch up after the %s within %v: left out of the later phases",
 				phase, cfg.drainTimeout))
 		default:
 			next = append(next, p)
 		}
-		after, err := takeSnapshot(ctx, p)
-		if err != nil {
-			r.Error = joinErr(r.Error, fmt.Sprintf("%s: %v", phase, err))
-			continue
+		// The figures of a proxy that caught up are read when it did,
+		// not when the slowest one did.
+		after := caught[i].snap
+		if after == nil {
+			s, err := takeSnapshot(ctx, p)
+			if err != nil {
+				r.Error = joinErr(r.Error, fmt.Sprintf("%s: %v", phase, err))
+				continue
+			}
+			after = &s
 		}
 		b := before[p]
 		sync, _ := after.m.Histogram(metricSyncDuration, ipv4)
@@ -426,13 +438,11 @@ func runPhase(ctx context.Context, cfg *config, cl *cluster, phase string, live 
 			NetProgCount: np.Count, NetProgP50: finite(np.Quantile(0.5)), NetProgP99: finite(np.Quantile(0.99)),
 			NetProgP99Bucket: finite(np.BucketAbove(0.99)),
 			CPUSeconds:       after.u.CPUSeconds - b.u.CPUSeconds,
+			WallSeconds:      after.taken.Sub(start).Seconds(),
 		}
-		if at := caught[i]; !at.IsZero() {
+		if at := caught[i].at; !at.IsZero() {
 			pr.CaughtUp = true
 			pr.CaughtUpSeconds = at.Sub(start).Seconds()
-			pr.WallSeconds = time.Since(start).Seconds()
-		} else {
-			pr.WallSeconds = time.Since(start).Seconds()
 		}
 		r.Phases[phase] = pr
 		logf("size %d: %s: %s: syncs %.0f (p50 %s, p99 %s), network programming p50 %s p99 %s, cpu %.2fs, caught up %v after %.1fs",
@@ -449,22 +459,31 @@ func mustHistogram(m Metrics, name string, want map[string]string) Histogram {
 
 func secs(v float64) string { return fmt.Sprintf("%.3fs", v) }
 
+// catchUp is when a proxy applied a phase's last change (zero if it did
+// not within the drain timeout), and its figures read at that point (nil
+// if they could not be).
+type catchUp struct {
+	at   time.Time
+	snap *snapshot
+}
+
 // drain waits until every proxy has applied every change written up to
-// lastWrite: no change pending, and a sync that ended after lastWrite (a
-// watch event takes milliseconds, so after `settle` a change not yet
-// pending is not coming). It returns, per proxy, the end of that sync
-// (zero if the proxy did not catch up within cfg.drainTimeout), and calls
-// onCaught as each one does.
-func drain(ctx context.Context, cfg *config, live []*proxy, lastWrite time.Time, onCaught func(*proxy, time.Time)) []time.Time {
-	caught := make([]time.Time, len(live))
+// the last write, which began at since and returned by settleFrom: no
+// change pending, and a sync that ended after since (a watch event takes
+// milliseconds, so `settle` after settleFrom a change not yet pending is
+// not coming). It returns, per proxy, the end of that sync and the
+// proxy's figures when that was seen, and calls onCaught as each one
+// catches up, for at most cfg.drainTimeout.
+func drain(ctx context.Context, cfg *config, live []*proxy, since, settleFrom time.Time, onCaught func(*proxy, time.Time)) []catchUp {
+	caught := make([]catchUp, len(live))
 	deadline := time.Now().Add(cfg.drainTimeout)
-	if wait := time.Until(lastWrite.Add(settle)); wait > 0 {
+	if wait := time.Until(settleFrom.Add(settle)); wait > 0 {
 		time.Sleep(wait)
 	}
 	for {
 		left := 0
 		for i, p := range live {
-			if !caught[i].IsZero() || !p.running() {
+			if !caught[i].at.IsZero() || !p.running() {
 				continue
 			}
 			m, err := p.scrape(ctx)
@@ -476,8 +495,11 @@ func drain(ctx context.Context, cfg *config, live []*proxy, lastWrite time.Time,
 			svcPending, _ := m.Value(metricServicesPend, nil)
 			last, _ := m.Value(metricLastSync, ipv4)
 			lastSync := time.Unix(0, int64(last*1e9))
-			if pending == 0 && svcPending == 0 && !lastSync.Before(lastWrite) {
-				caught[i] = lastSync
+			if pending == 0 && svcPending == 0 && !lastSync.Before(since) {
+				caught[i].at = lastSync
+				if u, err := p.usage(); err == nil {
+					caught[i].snap = &snapshot{m: m, u: u, taken: time.Now()}
+				}
 				if onCaught != nil {
 					onCaught(p, lastSync)
 				}

@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -91,4 +94,36 @@ func names(ps []*proxy) []string {
 		out = append(out, p.kind.Name)
 	}
 	return out
+}
+
+// metricsServer serves the gauges drain reads: a proxy with nothing
+// pending whose last sync ended at lastSync.
+func metricsServer(t *testing.T, lastSync time.Time) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s 0\n%s 0\n%s{ip_family=\"IPv4\"} %f\n", metricEndpointsPend, metricServicesPend, metricLastSync,
+			float64(lastSync.UnixNano())/1e9)
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// A proxy that applied the last change before the bench's write request
+// returned has caught up (it used to wait for its next periodic sync, 30 s
+// later, and was charged that time and its CPU); one whose last sync
+// ended before the last write began has not.
+func TestDrainCountsASyncThatEndedBeforeTheWriteReturned(t *testing.T) {
+	writeBegan := time.Now()
+	fast := fakeProxy("fast")
+	fast.metrics = metricsServer(t, writeBegan.Add(10*time.Millisecond))
+	stale := fakeProxy("stale")
+	stale.metrics = metricsServer(t, writeBegan.Add(-time.Second))
+	writeReturned := writeBegan.Add(50 * time.Millisecond)
+
+	caught := drain(context.Background(), &config{drainTimeout: time.Second}, []*proxy{fast, stale}, writeBegan, writeReturned, nil)
+	if want := writeBegan.Add(10 * time.Millisecond); caught[0].at.Sub(want).Abs() > time.Millisecond {
+		t.Errorf("fast: caught up at %v, want %v", caught[0].at, want)
+	}
+	if !caught[1].at.IsZero() {
+		t.Errorf("stale: caught up at %v, want not at all: its last sync ended before the write began", caught[1].at)
+	}
 }

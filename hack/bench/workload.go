@@ -46,6 +46,28 @@ type cluster struct {
 	mu     []sync.Mutex // one per preloaded service
 	slices []*discoveryv1.EndpointSlice
 	gen    atomic.Uint32 // endpoint addresses handed out by updates
+	// lastWrite is when the latest write request of a workload began
+	// (Unix nanoseconds): no proxy can have applied it before.
+	lastWrite atomic.Int64
+}
+
+// noteWrite records that a write request begins now.
+func (cl *cluster) noteWrite() {
+	now := time.Now().UnixNano()
+	for {
+		old := cl.lastWrite.Load()
+		if old >= now || cl.lastWrite.CompareAndSwap(old, now) {
+			return
+		}
+	}
+}
+
+// lastWriteStart is when the latest write request began (zero if none).
+func (cl *cluster) lastWriteStart() time.Time {
+	if ns := cl.lastWrite.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 func newService(name string) *corev1.Service {
@@ -242,6 +264,7 @@ func (cl *cluster) update(ctx context.Context, i int) error {
 	err := retry(ctx, nil, func(ctx context.Context) error {
 		stamp(s)
 		var err error
+		cl.noteWrite()
 		out, err = cl.c.DiscoveryV1().EndpointSlices(namespace).Update(ctx, s, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
 			// Only the bench writes slices: a conflict means an attempt
@@ -249,6 +272,7 @@ func (cl *cluster) update(ctx context.Context, i int) error {
 			var cur *discoveryv1.EndpointSlice
 			if cur, err = cl.c.DiscoveryV1().EndpointSlices(namespace).Get(ctx, s.Name, metav1.GetOptions{}); err == nil {
 				s.ResourceVersion = cur.ResourceVersion
+				cl.noteWrite()
 				out, err = cl.c.DiscoveryV1().EndpointSlices(namespace).Update(ctx, s, metav1.UpdateOptions{})
 			}
 		}
@@ -318,6 +342,7 @@ func (cl *cluster) createServices(ctx context.Context, k int, rate float64) erro
 	return paced(ctx, k, rate, func(ctx context.Context, i int) error {
 		name := fmt.Sprintf("new-%d", i)
 		if err := retry(ctx, apierrors.IsAlreadyExists, func(ctx context.Context) error {
+			cl.noteWrite()
 			_, err := cl.c.CoreV1().Services(namespace).Create(ctx, newService(name), metav1.CreateOptions{})
 			return err
 		}); err != nil {
@@ -328,6 +353,7 @@ func (cl *cluster) createServices(ctx context.Context, k int, rate float64) erro
 			addrs[j] = netip.AddrFrom4([4]byte{10, 140, byte(i), byte(j + 1)}).String()
 		}
 		if err := retry(ctx, apierrors.IsAlreadyExists, func(ctx context.Context) error {
+			cl.noteWrite()
 			_, err := cl.c.DiscoveryV1().EndpointSlices(namespace).Create(ctx, newSlice(name, addrs, "", true), metav1.CreateOptions{})
 			return err
 		}); err != nil {
@@ -342,11 +368,13 @@ func (cl *cluster) deleteServices(ctx context.Context, k int, rate float64) erro
 	return paced(ctx, k, rate, func(ctx context.Context, i int) error {
 		name := fmt.Sprintf("new-%d", i)
 		if err := retry(ctx, apierrors.IsNotFound, func(ctx context.Context) error {
+			cl.noteWrite()
 			return cl.c.DiscoveryV1().EndpointSlices(namespace).Delete(ctx, name+"-1", metav1.DeleteOptions{})
 		}); err != nil {
 			return fmt.Errorf("endpointslice of %s: %w", name, err)
 		}
 		if err := retry(ctx, apierrors.IsNotFound, func(ctx context.Context) error {
+			cl.noteWrite()
 			return cl.c.CoreV1().Services(namespace).Delete(ctx, name, metav1.DeleteOptions{})
 		}); err != nil {
 			return fmt.Errorf("service %s: %w", name, err)
