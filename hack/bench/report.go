@@ -327,9 +327,6 @@ func probeDuration(results []*SizeResult) string {
 const (
 	targetServices  = 10000
 	targetChurnRate = 5
-	// minSyncPeriod is both proxies' default: the least time between two
-	// syncs, and so what a change arriving just after a sync waits.
-	minSyncPeriod = 1.0
 )
 
 // target is one of issue 7's goals.
@@ -403,7 +400,7 @@ func targetsSection(b *strings.Builder, results []*SizeResult) {
 			line := fmt.Sprintf("**%s**: kpng-nft %s against kube-proxy-nftables %s, a ratio of %s where the goal is at "+
 				"most %g (kpng would need %s or less).", t.name, t.format(kv), t.format(rv), ratio(kv, rv), t.goal, t.format(t.goal*rv))
 			if t.name == targets[0].name {
-				line += netProgFloor(k, t.goal*rv)
+				line += netProgResolution(k)
 			}
 			short = append(short, line)
 		}
@@ -421,20 +418,14 @@ func targetsSection(b *strings.Builder, results []*SizeResult) {
 	b.WriteString("\nWhy, for each: see \"Why kpng falls short\" below this generated part.\n\n")
 }
 
-// netProgFloor explains a network-programming goal that no proxy run with
-// the default minimum sync period can reach, from the numbers.
-func netProgFloor(k *ProxyResult, goal float64) string {
-	var s string
-	if goal < minSyncPeriod {
-		s = fmt.Sprintf(" That goal is below the %g s minimum sync period both proxies run with: under steady churn a "+
-			"change that arrives just after a sync waits up to %g s for the next one, so the goal is out of reach "+
-			"of any proxy at these defaults unless kube-proxy's own p99 exceeds %g s.", minSyncPeriod, minSyncPeriod, 10*minSyncPeriod)
-	}
+// netProgResolution says what the histogram can tell of kpng's network
+// programming p99: the bucket it lies in.
+func netProgResolution(k *ProxyResult) string {
 	if ph := k.Phases[phaseChurn]; ph != nil && ph.NetProgP99Bucket > 0 {
-		s += fmt.Sprintf(" kpng-nft's p99 lies in the histogram bucket that ends at %g s (kube-proxy's buckets are "+
-			"1 s wide from 1 s to 60 s).", ph.NetProgP99Bucket)
+		return fmt.Sprintf(" kpng-nft's p99 lies in the histogram bucket that ends at %g s (kube-proxy's buckets are "+
+			"0.25 s, 0.5 s, then 1 s wide from 1 s to 60 s): the figure is interpolated within it.", ph.NetProgP99Bucket)
 	}
-	return s
+	return ""
 }
 
 func value(p *ProxyResult, get func(*ProxyResult) float64) float64 {
