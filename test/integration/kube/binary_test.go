@@ -80,16 +80,18 @@ func (v jsonView) has(name string) bool {
 }
 
 // The README's command, the real binary: `kpng kube --kubeconfig F to-file
-// --node-name N --output -` prints the live view, a JSON line per revision
-// with --follow, survives an API server restart with one line of log for
-// it, and stops cleanly on SIGTERM.
+// --node-name N --output -`, with the identity and permissions of
+// deploy/rbac.yaml, prints the live view, a JSON line per revision with
+// --follow, survives an API server restart with one line of log for it
+// (at the default level: the test runs it at -v=4 to count the retries),
+// and stops cleanly on SIGTERM.
 func TestKpngKubeToFileFollows(t *testing.T) {
 	api := apiserver.Start(t)
 	bin := buildKpng(t)
 	o := objects{t, api.Client}
 	o.createNode(newNode("node-1", "zone-a", "192.168.0.1"))
 
-	cmd := exec.Command(bin, "kube", "--kubeconfig", api.KubeconfigPath,
+	cmd := exec.Command(bin, "-v=4", "kube", "--kubeconfig", kpngKubeconfig(api),
 		"to-file", "--node-name", "node-1", "--output", "-", "--format", "json", "--follow")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -153,23 +155,22 @@ func TestKpngKubeToFileFollows(t *testing.T) {
 	})
 
 	api.StopAPIServer()
-	waitLog := func(what string) {
+	waitLog := func(what string, times int) {
 		t.Helper()
 		deadline := time.Now().Add(waitTimeout)
-		for !strings.Contains(stderr.String(), what) {
+		for strings.Count(stderr.String(), what) < times {
 			if time.Now().After(deadline) {
-				t.Fatalf("kpng did not log %q", what)
+				t.Fatalf("kpng did not log %q %d times", what, times)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	waitLog("Lost contact with the API server")
-	// Nothing to wait on from outside the process: let client-go retry
-	// (with backoff from 0.8s) a few times, so that a log line per retry
-	// would show.
-	time.Sleep(4 * time.Second)
+	waitLog("Lost contact with the API server", 1)
+	// Enough retries (logged at -v=4) that a line per retry at the
+	// default level would show.
+	waitLog("API server still unreachable", 6)
 	api.RestartAPIServer()
-	waitLog("Back in contact with the API server")
+	waitLog("Back in contact with the API server", 1)
 	o.createService(newService("after-outage", false, nil))
 	waitView("a Service created after the outage", func(v jsonView) bool { return v.has("after-outage") && v.has("late") })
 
