@@ -7,8 +7,10 @@
 //	go test -tags integration ./test/integration/kube/
 //
 // They assert what a backend would receive: the node-local view through
-// backend.LocalFeed, each delivery with its revision and change list.
+// backend.LocalFeed, each delivery with its revision and change list. kpng
+// runs as deploy/rbac.yaml's ServiceAccount, with a token the API server
+// issued, so that the tests also prove those permissions are enough.
 //
-// BenchmarkStartup (run by hack/bench-kube-source.sh) times `kpng kube`
+// BenchmarkKubeStartup (run by hack/bench-kube-source.sh) times `kpng kube`
 // from start to its first complete view over a preloaded cluster.
 package kube
