@@ -97,6 +97,9 @@ func (f figure) save(dir string, results []*SizeResult) (bool, error) {
 		xscale, yscale, yticks = plot.LinearScale{}, plot.LinearScale{}, labelledLinearTicks{}
 		ylo, yhi = 0, slices.MaxFunc(all, func(a, b point) int { return cmpFloat(a.value, b.value) }).value*1.15
 		xlo, xhi = 0, float64(slices.Max(sizes))*1.05
+		if len(sizes) == 1 { // one point: in the middle, not on the frame
+			xlo, xhi = float64(sizes[0])*0.5, float64(sizes[0])*1.5
+		}
 		xlabel, ylabel = "services (x 10 endpoints)", f.ylabel
 	}
 

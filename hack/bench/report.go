@@ -306,8 +306,12 @@ func dataplaneSection(b *strings.Builder, results []*SizeResult) {
 		"has a rule per service port in its services chain, which a new connection to any other address walks to its "+
 		"end:", 1, p50, f0)
 	if first.Services > 100 || last.Services < 10000 {
-		fmt.Fprintf(b, "(The comparison the issue asks for is 100 against 10,000 services: this run has %s to %s; "+
-			"`hack/bench.sh --sizes 100,1000,5000,10000` gives both.)\n\n", thousands(first.Services), thousands(last.Services))
+		ran := thousands(first.Services) + " to " + thousands(last.Services)
+		if len(sized) == 1 {
+			ran = "only " + thousands(first.Services)
+		}
+		fmt.Fprintf(b, "(The comparison the issue asks for is 100 against 10,000 services: these results have %s; "+
+			"`hack/bench.sh --sizes 100,1000,5000,10000` gives both.)\n\n", ran)
 	}
 }
 
@@ -422,8 +426,8 @@ func targetsSection(b *strings.Builder, results []*SizeResult) {
 // programming p99: the bucket it lies in.
 func netProgResolution(k *ProxyResult) string {
 	if ph := k.Phases[phaseChurn]; ph != nil && ph.NetProgP99Bucket > 0 {
-		return fmt.Sprintf(" kpng-nft's p99 lies in the histogram bucket that ends at %g s (kube-proxy's buckets are "+
-			"0.25 s, 0.5 s, then 1 s wide from 1 s to 60 s): the figure is interpolated within it.", ph.NetProgP99Bucket)
+		return fmt.Sprintf(" kpng-nft's p99 lies in the histogram bucket that ends at %g s (kube-proxy's bucket bounds "+
+			"are 0.25 s, 0.5 s, 1 s, 2 s, 3 s... 60 s): the figure is interpolated within it.", ph.NetProgP99Bucket)
 	}
 	return ""
 }
