@@ -28,9 +28,6 @@ type proxyKind struct {
 	// synced reports whether a log line says a complete sync of the IPv4
 	// rules finished.
 	synced func(line string) bool
-	// iptables: the proxy programs iptables, in the variant the bench
-	// chooses (runArgs.iptablesVariant).
-	iptables bool
 }
 
 // runArgs is what a proxy's command line is made of.
@@ -60,7 +57,7 @@ var proxyKinds = []proxyKind{
 func kpngKind(name, reference, backend string, extra ...string) proxyKind {
 	iptables := backend == "to-iptables"
 	return proxyKind{
-		Name: name, Reference: reference, iptables: iptables,
+		Name: name, Reference: reference,
 		argv: func(a runArgs) []string {
 			argv := append([]string{a.bins.kpng, "--v=2", "kube", "--kubeconfig=" + a.kubeconfig,
 				"to-local", "--node-name=" + nodeName, backend,
@@ -81,7 +78,7 @@ func kpngKind(name, reference, backend string, extra ...string) proxyKind {
 
 func kubeProxyKind(name, mode string) proxyKind {
 	return proxyKind{
-		Name: name, iptables: mode == "iptables",
+		Name: name,
 		// kube-proxy runs the `iptables` of its PATH, which the bench
 		// points at the chosen variant (iptablesEnv).
 		argv: func(a runArgs) []string {
