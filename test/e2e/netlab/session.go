@@ -168,7 +168,7 @@ func (h *Host) HTTPGet(url string, timeout time.Duration) HTTPResult {
 		return HTTPResult{Outcome: classify(err), Err: err}
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
 		return HTTPResult{Outcome: classify(err), Err: err}
 	}

@@ -120,11 +120,14 @@ type mirror struct {
 	server *apiserver.Server
 	path   string
 	last   []byte
+
+	mu        sync.Mutex
+	forwarded map[string]bool // nodes with a forwarder (a restarted proxy reuses it)
 }
 
 func startMirror(t testing.TB, path string) *mirror {
 	t.Helper()
-	m := &mirror{server: apiserver.Start(t), path: path}
+	m := &mirror{server: apiserver.Start(t), path: path, forwarded: map[string]bool{}}
 	if err := m.sync(); err != nil {
 		t.Fatalf("mirror %s: %v", path, err)
 	}
@@ -153,6 +156,12 @@ func startMirror(t testing.TB, path string) *mirror {
 // kubeconfig works unchanged inside the node.
 func (m *mirror) forward(t testing.TB, node *netlab.Node) {
 	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.forwarded[node.Name] {
+		return
+	}
+	m.forwarded[node.Name] = true
 	u, err := url.Parse(m.server.URL)
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +24,9 @@ var (
 	externalIPs = []string{"203.0.113.10", "2001:db8::10"}
 	lbIPs       = []string{"203.0.113.20", "2001:db8::20"}
 	lbLocalIPs  = []string{"203.0.113.21", "2001:db8::21"}
+	// Those of a LoadBalancer service without endpoints.
+	noEndpointsExternalIPs = []string{"203.0.113.30", "2001:db8::30"}
+	noEndpointsLBIPs       = []string{"203.0.113.31", "2001:db8::31"}
 )
 
 // Node ports and health-check node ports of the services.
@@ -30,6 +35,7 @@ const (
 	npLocal    = 30081
 	npLB       = 30082
 	npLBLocal  = 30083
+	npNoEps    = 30084
 	hcLBLocal  = 32001
 	targetPort = 8080
 )
@@ -53,6 +59,9 @@ func defaultServices(svcs services) func(l *netlab.Lab, s *netlab.State) {
 		}
 		add("web", netlab.Ready(b, c))
 		add("no-endpoints", nil)
+		noEps := add("lb-no-endpoints", nil)
+		loadBalancer(noEps, npNoEps, noEndpointsLBIPs)
+		noEps.Spec.ExternalIPs = noEndpointsExternalIPs
 
 		np := add("np", netlab.Ready(a, c))
 		nodePorts(np, npCluster)
@@ -75,6 +84,9 @@ func defaultServices(svcs services) func(l *netlab.Lab, s *netlab.State) {
 		aff := add("affinity", netlab.Ready(a, b, c))
 		aff.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
 		aff.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr(int32(300))}}
+		short := add("affinity-1s", netlab.Ready(a, b, c))
+		short.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+		short.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr(int32(affinityShortTimeout / time.Second))}}
 
 		add("hairpin", netlab.Ready(a))
 		add("terminating", netlab.Terminating(b))
@@ -185,9 +197,16 @@ func TestServices(t *testing.T) {
 		})
 
 		t.Run("ClusterIP/unknown-port-refused", func(t *testing.T) {
+			// kube-proxy's nftables mode rejects; its iptables mode has no
+			// rule for it (the packet goes where the node routes the
+			// address). kpng's iptables backend rejects as nftables does.
+			want, timeout := netlab.Refused, answerTimeout
+			if b.Name() == "kube-proxy-iptables" {
+				want, timeout = netlab.TimedOut, dropTimeout
+			}
 			for _, fam := range families {
 				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
-					expectOnly(t, 5, dialer(&podA.Host, proto, netlab.ClusterIP(svcs["web"], fam, 81), answerTimeout), netlab.Refused, "")
+					expectOnly(t, 5, dialer(&podA.Host, proto, netlab.ClusterIP(svcs["web"], fam, 81), timeout), want, "")
 				}
 			}
 		})
@@ -265,6 +284,36 @@ func TestServices(t *testing.T) {
 			}
 		})
 
+		t.Run("NodePort/no-endpoints-refused", func(t *testing.T) {
+			// A service without endpoints rejects on its node port too,
+			// from outside and from the node itself.
+			for _, fam := range families {
+				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
+					for _, client := range []*netlab.Host{ext, &n2.Host} {
+						expectOnly(t, 3, dialer(client, proto, netip.AddrPortFrom(n1.Addr(fam), npNoEps), answerTimeout), netlab.Refused, "")
+					}
+				}
+			}
+		})
+
+		t.Run("ExternalIPs/no-endpoints-refused", func(t *testing.T) {
+			for _, fam := range families {
+				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
+					expectOnly(t, 3, dialer(ext, proto, addrOf(noEndpointsExternalIPs, fam, 80), answerTimeout), netlab.Refused, "")
+				}
+			}
+		})
+
+		t.Run("LoadBalancer/no-endpoints-refused", func(t *testing.T) {
+			for _, fam := range families {
+				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
+					for _, client := range []*netlab.Host{ext, &podA.Host} {
+						expectOnly(t, 3, dialer(client, proto, addrOf(noEndpointsLBIPs, fam, 80), answerTimeout), netlab.Refused, "")
+					}
+				}
+			}
+		})
+
 		t.Run("ExternalIPs", func(t *testing.T) {
 			for _, fam := range families {
 				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
@@ -329,6 +378,35 @@ func TestServices(t *testing.T) {
 					expectOnly(t, 30, dial, netlab.OK, first.Pod)
 				}
 			}
+		})
+
+		t.Run("SessionAffinity/timeout-expires", func(t *testing.T) {
+			// Within the timeout a client stays on its endpoint; once the
+			// timeout passed without a new connection, the next one is
+			// balanced afresh. Each fresh choice repeats the old endpoint
+			// with probability 1/3, so a few rounds must show a change.
+			for _, fam := range families {
+				dial := dialer(&podA.Host, netlab.TCP, netlab.ClusterIP(svcs["affinity-1s"], fam, 80), answerTimeout)
+				prev := netlab.Eventually(t, settle, dial, netlab.Answered()).Pod
+				expectOnly(t, 10, dial, netlab.OK, prev)
+				changed := false
+				for round := 0; round < 12 && !changed; round++ {
+					time.Sleep(affinityShortTimeout + 700*time.Millisecond)
+					r := dial()
+					if r.Outcome != netlab.OK {
+						t.Fatalf("%s after the affinity timeout: %v", ipv(fam), r)
+					}
+					changed = r.Pod != prev
+					prev = r.Pod
+				}
+				if !changed {
+					t.Errorf("%s: 12 connections each made after the %v affinity timeout all reached %s: the affinity does not expire", ipv(fam), affinityShortTimeout, prev)
+				}
+			}
+		})
+
+		t.Run("HealthAndMetrics", func(t *testing.T) {
+			checkServers(t, b, n1, ext)
 		})
 
 		t.Run("Hairpin", func(t *testing.T) {
@@ -418,7 +496,13 @@ func TestServices(t *testing.T) {
 			}
 			delete(c.procs, n1)
 			b.Cleanup(t, n1, c.state.Path, c.cfg)
-			if got, want := firewallRules(t, n1), c.rulesBefore[n1]; !slices.Equal(got, want) {
+			got := firewallRules(t, n1)
+			if b.Name() == "kube-proxy-iptables" {
+				// Upstream's cleanup keeps KUBE-FIREWALL, which kubelet
+				// also writes; kpng removes everything it wrote.
+				got = slices.DeleteFunc(got, func(r string) bool { return strings.Contains(r, "KUBE-FIREWALL") })
+			}
+			if want := c.rulesBefore[n1]; !slices.Equal(got, want) {
 				t.Errorf("after cleanup, node-1 has firewall rules:\n%s\nbefore the proxy started it had:\n%s", join(got), join(want))
 			}
 			for _, fam := range families {
@@ -426,6 +510,60 @@ func TestServices(t *testing.T) {
 			}
 		})
 	})
+}
+
+// affinityShortTimeout is the session affinity timeout of "affinity-1s".
+const affinityShortTimeout = time.Second
+
+// checkServers checks what a proxy serves beside its rules, at kube-proxy's
+// default addresses: /healthz and /livez on every address (here asked from
+// the neighbour), and /metrics and /proxyMode on the node's loopback, with
+// the metrics of completed syncs.
+func checkServers(t *testing.T, b netlab.Backend, n *netlab.Node, from *netlab.Host) {
+	t.Helper()
+	for _, path := range []string{"/healthz", "/livez"} {
+		for _, fam := range families {
+			url := fmt.Sprintf("http://%s%s", netip.AddrPortFrom(n.Addr(fam), 10256), path)
+			r := from.HTTPGet(url, answerTimeout)
+			var body struct {
+				LastUpdated string `json:"lastUpdated"`
+				CurrentTime string `json:"currentTime"`
+			}
+			if r.Outcome != netlab.OK || r.Status != 200 || json.Unmarshal([]byte(r.Body), &body) != nil || body.LastUpdated == "" || body.CurrentTime == "" {
+				t.Errorf("GET %s from %s: %v; want HTTP 200 with kube-proxy's JSON (lastUpdated, currentTime)", url, from.Name, r)
+			}
+		}
+	}
+	mode := modeOf(b)
+	if r := n.HTTPGet("http://127.0.0.1:10249/proxyMode", answerTimeout); r.Outcome != netlab.OK || strings.TrimSpace(r.Body) != mode {
+		t.Errorf("GET 127.0.0.1:10249/proxyMode in %s: %v; want %q", n.Name, r, mode)
+	}
+	r := n.HTTPGet("http://127.0.0.1:10249/metrics", answerTimeout)
+	if r.Outcome != netlab.OK || r.Status != 200 {
+		t.Fatalf("GET 127.0.0.1:10249/metrics in %s: %v", n.Name, r)
+	}
+	m := r.Body
+	for _, fam := range []string{"IPv4", "IPv6"} {
+		for _, want := range []*regexp.Regexp{
+			regexp.MustCompile(`(?m)^kubeproxy_sync_proxy_rules_duration_seconds_count\{ip_family="` + fam + `"\} [1-9][0-9]*$`),
+			regexp.MustCompile(`(?m)^kubeproxy_sync_proxy_rules_last_timestamp_seconds\{ip_family="` + fam + `"\} [1-9]`),
+		} {
+			if !want.MatchString(m) {
+				t.Errorf("/metrics of %s lacks %s", n.Name, want)
+			}
+		}
+	}
+}
+
+// modeOf is the proxy mode b reports on /proxyMode.
+func modeOf(b netlab.Backend) string {
+	if mode, ok := strings.CutPrefix(b.Name(), "kube-proxy-"); ok {
+		return mode
+	}
+	if b.Name() == "nft" {
+		return "nftables"
+	}
+	return b.Name()
 }
 
 // restartTimeout bounds each attempt made during a restart.
