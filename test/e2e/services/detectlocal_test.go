@@ -4,6 +4,7 @@ package services
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -42,11 +43,17 @@ func TestDetectLocalModes(t *testing.T) {
 		})
 		podA, n1 := c.pod("pod-a"), c.node("node-1")
 		cidrs := []netip.Prefix{netlab.ClusterCIDRv4, netlab.ClusterCIDRv6}
-		for _, tc := range []struct {
+		type mode struct {
 			mode    string
 			cfg     netlab.ProxyConfig
 			detects bool
-		}{
+		}
+		var extra []mode
+		if !strings.HasPrefix(b.Name(), "kube-proxy-") {
+			// kpng's own mode, which kube-proxy does not accept.
+			extra = append(extra, mode{"None", netlab.ProxyConfig{DetectLocalMode: "None"}, false})
+		}
+		for _, tc := range append([]mode{
 			{"NodeCIDR", netlab.ProxyConfig{DetectLocalMode: "NodeCIDR"}, true},
 			{"BridgeInterface", netlab.ProxyConfig{DetectLocalMode: "BridgeInterface", Extra: []string{"--pod-bridge-interface=" + netlab.PodBridge}}, true},
 			// Routed pod traffic arrives on the bridge, whose name has the
@@ -56,7 +63,7 @@ func TestDetectLocalModes(t *testing.T) {
 			// kube-proxy.
 			{"ClusterCIDR-without-CIDRs", netlab.ProxyConfig{DetectLocalMode: "ClusterCIDR"}, false},
 			{"ClusterCIDR", netlab.ProxyConfig{DetectLocalMode: "ClusterCIDR", ClusterCIDRs: cidrs}, true},
-		} {
+		}, extra...) {
 			t.Run(tc.mode, func(t *testing.T) {
 				// Restart node-1's proxy in the mode: it reconciles the
 				// rules of the previous mode.
