@@ -238,7 +238,8 @@ func runServer(sock string, services, eps, nodes int) error {
 		}
 	}()
 	fmt.Println("ready")
-	return server.New(store, server.Options{}).Serve(ctx, countingListener{Listener: lis, written: &written, read: &read}, gopts...)
+	// Room for every agent's node view (localv1), however many there are.
+	return server.New(store, server.Options{MaxNodeViews: max(nodes, server.DefaultMaxNodeViews)}).Serve(ctx, countingListener{Listener: lis, written: &written, read: &read}, gopts...)
 }
 
 // procStats reads a process's CPU time and memory from /proc.
