@@ -2,95 +2,22 @@ package server_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/client"
+	"github.com/kpng/kpng/internal/testpki"
 	"github.com/kpng/kpng/server"
 )
-
-// pki is a CA and the files of certificates it signed.
-type pki struct {
-	dir  string
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
-func newPKI(t *testing.T, name string) *pki {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	p := &pki{dir: t.TempDir(), cert: cert, key: key}
-	writePEM(t, filepath.Join(p.dir, "ca.crt"), "CERTIFICATE", der)
-	return p
-}
-
-func (p *pki) ca() string { return filepath.Join(p.dir, "ca.crt") }
-
-// issue writes a certificate and key for name, and returns their paths.
-func (p *pki) issue(t *testing.T, name string, server bool) (string, string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.cert, &key.PublicKey, p.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile := filepath.Join(p.dir, name+".crt"), filepath.Join(p.dir, name+".key")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "EC PRIVATE KEY", kder)
-	return certFile, keyFile
-}
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // firstBatch opens a localv1 stream and returns the first batch's error.
 func firstBatch(addr string, opts ...client.Option) error {
@@ -120,19 +47,19 @@ func firstBatch(addr string, opts ...client.Option) error {
 }
 
 func TestMutualTLS(t *testing.T) {
-	ca := newPKI(t, "kpng-ca")
-	srvCert, srvKey := ca.issue(t, "server", true)
-	cliCert, cliKey := ca.issue(t, "node-0", false)
-	rogue := newPKI(t, "rogue-ca")
-	rogueCert, rogueKey := rogue.issue(t, "node-0", false)
+	ca := testpki.New(t, "kpng-ca")
+	srvCert, srvKey := ca.Issue(t, "server", true)
+	cliCert, cliKey := ca.Issue(t, "node-0", false)
+	rogue := testpki.New(t, "rogue-ca")
+	rogueCert, rogueKey := rogue.Issue(t, "node-0", false)
 
-	tlsCfg, err := server.ServerTLS(srvCert, srvKey, ca.ca())
+	tlsCfg, err := server.ServerTLS(srvCert, srvKey, ca.CertFile())
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := serve(t, newCluster(5, 2), "tcp://127.0.0.1:0", server.Options{}, server.ListenOptions{TLS: tlsCfg})
 
-	good, err := client.TLSConfig(cliCert, cliKey, ca.ca(), "")
+	good, err := client.TLSConfig(cliCert, cliKey, ca.CertFile(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,8 +68,8 @@ func TestMutualTLS(t *testing.T) {
 	}
 
 	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
-	rogueCfg, err := client.TLSConfig(rogueCert, rogueKey, ca.ca(), "")
+	pool.AddCert(ca.Cert)
+	rogueCfg, err := client.TLSConfig(rogueCert, rogueKey, ca.CertFile(), "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,15 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -23,76 +17,8 @@ import (
 
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/client"
+	"github.com/kpng/kpng/internal/testpki"
 )
-
-// testCA is a certificate authority whose files are in dir.
-type testCA struct {
-	dir  string
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kpng-test-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := &testCA{dir: t.TempDir(), cert: cert, key: key}
-	writeTestPEM(t, ca.file("ca.crt"), "CERTIFICATE", der)
-	return ca
-}
-
-func (ca *testCA) file(name string) string { return filepath.Join(ca.dir, name) }
-
-// issue writes name.crt and name.key: a server certificate for 127.0.0.1,
-// or a client certificate.
-func (ca *testCA) issue(t *testing.T, name string, server bool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeTestPEM(t, ca.file(name+".crt"), "CERTIFICATE", der)
-	writeTestPEM(t, ca.file(name+".key"), "EC PRIVATE KEY", kder)
-}
-
-func writeTestPEM(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // freeAddress returns a loopback TCP address nobody listens on.
 func freeAddress(t *testing.T) string {
@@ -157,14 +83,14 @@ func TestAPICommandsOverMutualTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca := newTestCA(t)
-	ca.issue(t, "server", true)
-	ca.issue(t, "node-1", false)
+	ca := testpki.New(t, "kpng-test-ca")
+	srvCert, srvKey := ca.Issue(t, "server", true)
+	cliCert, cliKey := ca.Issue(t, "node-1", false)
 	addr := freeAddress(t)
 	target := "tcp://" + addr
 	start(t, "file", "--input", "../../examples/cluster.yaml", "to-api", "--listen", target,
-		"--tls-cert", ca.file("server.crt"), "--tls-key", ca.file("server.key"), "--tls-client-ca", ca.file("ca.crt"))
-	clientTLS := []string{"--api-tls-cert", ca.file("node-1.crt"), "--api-tls-key", ca.file("node-1.key"), "--api-tls-ca", ca.file("ca.crt")}
+		"--tls-cert", srvCert, "--tls-key", srvKey, "--tls-client-ca", ca.CertFile())
+	clientTLS := []string{"--api-tls-cert", cliCert, "--api-tls-key", cliKey, "--api-tls-ca", ca.CertFile()}
 
 	// Clients retry until the server listens: no wait needed.
 	got, err := apiToFile(t, target, clientTLS...)
@@ -190,7 +116,7 @@ func TestAPICommandsOverMutualTLS(t *testing.T) {
 
 	// A client without a certificate: the server's handshake refuses it.
 	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
+	pool.AddCert(ca.Cert)
 	noCert := client.WithTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
 	if err := firstBatchError(target, noCert); status.Code(err) != codes.Unavailable {
 		t.Errorf("a client without a certificate: %v, want the connection refused (Unavailable)", err)
@@ -206,9 +132,9 @@ func TestAPICommandsOverMutualTLS(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"a client CA without a client certificate", []string{"api", "--api", target, "--api-tls-ca", ca.file("ca.crt"), "to-file", "--node-name", "node-1"}, "--api-tls-cert"},
+		{"a client CA without a client certificate", []string{"api", "--api", target, "--api-tls-ca", ca.CertFile(), "to-file", "--node-name", "node-1"}, "--api-tls-cert"},
 		{"a server certificate without a client CA", []string{"file", "--input", "../../examples/cluster.yaml", "to-api", "--listen", "tcp://" + freeAddress(t),
-			"--tls-cert", ca.file("server.crt"), "--tls-key", ca.file("server.key")}, "--tls-client-ca"},
+			"--tls-cert", srvCert, "--tls-key", srvKey}, "--tls-client-ca"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		err := execute(ctx, t, tc.args...)
