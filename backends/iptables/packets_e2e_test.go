@@ -51,7 +51,6 @@ func startKpng(t *testing.T, node *netlab.Node, state *netlab.State, cfg netlab.
 	}
 }
 
-
 func famName(fam int) string { return fmt.Sprintf("IPv%d", fam) }
 
 // localhostDaemon is a UDP daemon of a node bound to 127.0.0.1, as a node

@@ -158,7 +158,7 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 		for _, e := range np.elems {
 			touched[e.elemID] = true
 			cl := claimsOf(e.elemID)
-			i, _ := slices.BinarySearchFunc(cl, owner, func(c claim, o string) int { return cmpString(c.owner, o) })
+			i, _ := slices.BinarySearchFunc(cl, owner, func(c claim, o string) int { return strings.Compare(c.owner, o) })
 			if i < len(cl) && cl[i].owner == owner {
 				continue // the same element twice in one part
 			}
@@ -492,20 +492,10 @@ func hookPart(sig string) string {
 func sortedIDs(m map[elemID]bool) []elemID {
 	ids := slices.Collect(maps.Keys(m))
 	slices.SortFunc(ids, func(a, b elemID) int {
-		if c := cmpString(a.set, b.set); c != 0 {
+		if c := strings.Compare(a.set, b.set); c != 0 {
 			return c
 		}
-		return cmpString(a.key, b.key)
+		return strings.Compare(a.key, b.key)
 	})
 	return ids
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"image/color"
 	"math"
@@ -95,7 +96,7 @@ func (f figure) save(dir string, results []*SizeResult) (bool, error) {
 	ylabel := f.ylabel + ", log scale"
 	if f.linear {
 		xscale, yscale, yticks = plot.LinearScale{}, plot.LinearScale{}, labelledLinearTicks{}
-		ylo, yhi = 0, slices.MaxFunc(all, func(a, b point) int { return cmpFloat(a.value, b.value) }).value*1.15
+		ylo, yhi = 0, slices.MaxFunc(all, func(a, b point) int { return cmp.Compare(a.value, b.value) }).value*1.15
 		xlo, xhi = 0, float64(slices.Max(sizes))*1.05
 		if len(sizes) == 1 { // one point: in the middle, not on the frame
 			xlo, xhi = float64(sizes[0])*0.5, float64(sizes[0])*1.5
@@ -229,16 +230,6 @@ func sizeTicks(sizes []int) plot.ConstantTicks {
 	return ticks
 }
 
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 // labelledLogTicks marks a log axis with labelled ticks at round values:
 // powers of ten when the range spans enough of them, else 1-2-5 steps,
 // else finer ones, so that at least four labels show whatever the range;
@@ -273,7 +264,7 @@ func (labelledLogTicks) Ticks(min, max float64) []plot.Tick {
 			ticks = append(ticks, t)
 		}
 	}
-	slices.SortFunc(ticks, func(a, b plot.Tick) int { return cmpFloat(a.Value, b.Value) })
+	slices.SortFunc(ticks, func(a, b plot.Tick) int { return cmp.Compare(a.Value, b.Value) })
 	return ticks
 }
 
