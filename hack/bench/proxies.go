@@ -46,9 +46,13 @@ type binaries struct {
 // nodeName is the Node every proxy serves.
 const nodeName = "bench-node"
 
-// The four proxies, run side by side.
+// The proxies, run side by side. kpng-nft-1s is kpng's nft backend with
+// kube-proxy's minimum sync period (1 s) instead of its own default
+// (100 ms): what kpng's shorter default changes shows beside what it does
+// not.
 var proxyKinds = []proxyKind{
 	kpngKind("kpng-nft", "kube-proxy-nftables", "to-nft", "--table=kpngbench"),
+	kpngKind("kpng-nft-1s", "kube-proxy-nftables", "to-nft", "--table=kpngbench", "--min-sync-period=1s"),
 	kpngKind("kpng-iptables", "kube-proxy-iptables", "to-iptables"),
 	kubeProxyKind("kube-proxy-nftables", "nftables"),
 	kubeProxyKind("kube-proxy-iptables", "iptables"),

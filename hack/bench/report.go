@@ -18,7 +18,24 @@ const (
 
 // pairs are the comparisons: kpng's backend, and the kube-proxy mode it
 // replaces.
-var pairs = [][2]string{{"kpng-nft", "kube-proxy-nftables"}, {"kpng-iptables", "kube-proxy-iptables"}}
+var pairs = [][2]string{{"kpng-nft", "kube-proxy-nftables"}, {"kpng-nft-1s", "kube-proxy-nftables"}, {"kpng-iptables", "kube-proxy-iptables"}}
+
+// columns are a size table's columns: each pair's kpng proxy, its
+// reference (once: a second pair with the same reference has only its kpng
+// column and ratio), and the ratio.
+func columns() (cols []string, showRef []bool) {
+	shown := map[string]bool{}
+	for _, pair := range pairs {
+		cols = append(cols, pair[0])
+		if !shown[pair[1]] {
+			cols = append(cols, pair[1])
+		}
+		showRef = append(showRef, !shown[pair[1]])
+		shown[pair[1]] = true
+		cols = append(cols, "ratio")
+	}
+	return cols, showRef
+}
 
 // report writes the generated section of BENCHMARKS.md and
 // docs/bench/*.png under dir from every results file in resultsDir. The
@@ -90,9 +107,9 @@ func sizeSection(b *strings.Builder, r *SizeResult) {
 	fmt.Fprintf(b, "### %s services x %d endpoints\n\n", thousands(r.Services), r.EndpointsPerService)
 	fmt.Fprintf(b, "Run %s to %s UTC on %d cores (%s), kernel %s. Load average at start %.2f, at end %.2f; "+
 		"1-minute load during the run: %s. The machine is shared with other work: wall-clock figures are inflated by it, "+
-		"and all four proxies (and the API server) ran at the same time on these %d cores.\n\n",
+		"and all %d proxies (and the API server) ran at the same time on these %d cores.\n\n",
 		r.Started.Format("2006-01-02 15:04"), r.Finished.Format("15:04"), m.Cores, m.CPUModel, m.Kernel,
-		m.LoadStart[0], m.LoadEnd[0], loadRange(r.LoadDuring), m.Cores)
+		m.LoadStart[0], m.LoadEnd[0], loadRange(r.LoadDuring), len(r.Proxies), m.Cores)
 	fmt.Fprintf(b, "kpng at commit %s; kube-proxy: %s; kube-apiserver: %s; %s. ",
 		r.KpngCommit, orUnrecorded(r.Versions.KubeProxy), orUnrecorded(r.Versions.KubeAPIServer),
 		orDefault(r.Versions.Nft, "nft version not recorded"))
@@ -101,7 +118,7 @@ func sizeSection(b *strings.Builder, r *SizeResult) {
 		"%d services created then deleted, %s/s.\n\n",
 		r.Command, r.PreloadSeconds, r.ChurnRate, r.ChurnSeconds, r.BurstUpdates, r.NewServices, f0(r.ServiceRate))
 
-	cols := []string{"kpng-nft", "kube-proxy-nftables", "ratio", "kpng-iptables", "kube-proxy-iptables", "ratio"}
+	cols, showRef := columns()
 	b.WriteString("| | " + strings.Join(cols, " | ") + " |\n|---|" + strings.Repeat("---:|", len(cols)) + "\n")
 	// A row's cells are the proxies' values; note, when it says
 	// something, replaces a missing value with why it is missing.
@@ -117,10 +134,14 @@ func sizeSection(b *strings.Builder, r *SizeResult) {
 			return format(v)
 		}
 		cells := []string{name}
-		for _, pair := range pairs {
+		for i, pair := range pairs {
 			k, ref := r.proxy(pair[0]), r.proxy(pair[1])
 			kv, rv := value(k, get), value(ref, get)
-			cells = append(cells, cell(k, kv), cell(ref, rv), ratio(kv, rv))
+			cells = append(cells, cell(k, kv))
+			if showRef[i] {
+				cells = append(cells, cell(ref, rv))
+			}
+			cells = append(cells, ratio(kv, rv))
 		}
 		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
 	}
@@ -244,7 +265,7 @@ func caughtUp(ph *PhaseResult) float64 {
 // dataplaneOrder puts the comparison first: kpng's nft backend
 // (a verdict map: one lookup whatever the number of services) against
 // kube-proxy's iptables mode (a chain with a rule per service).
-var dataplaneOrder = []string{"kpng-nft", "kube-proxy-iptables", "kpng-iptables", "kube-proxy-nftables"}
+var dataplaneOrder = []string{"kpng-nft", "kube-proxy-iptables", "kpng-iptables", "kube-proxy-nftables", "kpng-nft-1s"}
 
 // dataplaneSection compares the dataplane probes across the sizes run:
 // what a new connection costs with few and with many services installed.

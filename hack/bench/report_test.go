@@ -94,8 +94,8 @@ func TestReport(t *testing.T) {
 		"| kube-proxy-iptables | 62 | 80 | – | 260 | 4.19 |", // no figure at 5,000
 		"for 3 s per target",
 		// Why a figure is missing, in its cell.
-		"| cold start: first complete sync (s) | 6.0 | 48.0 | 0.12 | 6.0 | did not sync within 10m0s | – |",
-		"| burst: caught up after (s) | 62.0 | not caught up within 5m0s | – | 62.0 | – | – |",
+		"| cold start: first complete sync (s) | 6.0 | 48.0 | 0.12 | 6.0 | 0.12 | 6.0 | did not sync within 10m0s | – |",
+		"| burst: caught up after (s) | 62.0 | not caught up within 5m0s | – | 62.0 | – | 62.0 | – | – |",
 		// Which iptables ran, and where the rules were.
 		"Both iptables proxies ran the legacy variant, iptables v1.8.9 (legacy)",
 		"kube-proxy-iptables: 330,012 rules in the legacy nat table, nf_tables tables none",

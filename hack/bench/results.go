@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// SizeResult is one run at one size: the four proxies side by side.
+// SizeResult is one run at one size: the proxies side by side.
 type SizeResult struct {
 	Services            int       `json:"services"`
 	EndpointsPerService int       `json:"endpoints_per_service"`

@@ -138,7 +138,7 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 		res.Proxies = append(res.Proxies, &ProxyResult{Name: k.Name, Reference: k.Reference, Phases: map[string]*PhaseResult{}})
 	}
 
-	// Cold start: all four at once.
+	// Cold start: all at once.
 	status.set(n, "cold start")
 	for i, p := range proxies {
 		argv := p.kind.argv(runArgs{bins: cfg.bins, kubeconfig: kubeconfig, metrics: p.metrics,
