@@ -27,17 +27,20 @@ var (
 	// Those of a LoadBalancer service without endpoints.
 	noEndpointsExternalIPs = []string{"203.0.113.30", "2001:db8::30"}
 	noEndpointsLBIPs       = []string{"203.0.113.31", "2001:db8::31"}
+	// Those of a LoadBalancer whose source ranges hold node-1's addresses.
+	lbNodeRangeIPs = []string{"203.0.113.50", "2001:db8::50"}
 )
 
 // Node ports and health-check node ports of the services.
 const (
-	npCluster  = 30080
-	npLocal    = 30081
-	npLB       = 30082
-	npLBLocal  = 30083
-	npNoEps    = 30084
-	hcLBLocal  = 32001
-	targetPort = 8080
+	npCluster   = 30080
+	npLocal     = 30081
+	npLB        = 30082
+	npLBLocal   = 30083
+	npNoEps     = 30084
+	npNodeRange = 30085
+	hcLBLocal   = 32001
+	targetPort  = 8080
 )
 
 // services are the services of the shared cluster, by name.
@@ -75,6 +78,11 @@ func defaultServices(svcs services) func(l *netlab.Lab, s *netlab.State) {
 		lb := add("lb", netlab.Ready(c))
 		loadBalancer(lb, npLB, lbIPs)
 		lb.Spec.LoadBalancerSourceRanges = []string{netlab.ExternalV4.String() + "/32", netlab.ExternalV6.String() + "/128"}
+
+		lbn := add("lb-node-range", netlab.Ready(c))
+		loadBalancer(lbn, npNodeRange, lbNodeRangeIPs)
+		n1 := l.Node("node-1")
+		lbn.Spec.LoadBalancerSourceRanges = []string{n1.IPv4.String() + "/32", n1.IPv6.String() + "/128"}
 
 		lbl := add("lb-local", netlab.Ready(a))
 		loadBalancer(lbl, npLBLocal, lbLocalIPs)
@@ -331,6 +339,30 @@ func TestServices(t *testing.T) {
 				expectOnly(t, 10, dialer(ext, netlab.TCP, dst, answerTimeout), netlab.OK, "pod-c")
 				// pod-a is not in loadBalancerSourceRanges.
 				expectOnly(t, 3, dialer(&podA.Host, netlab.TCP, dst, dropTimeout), netlab.TimedOut, "")
+			}
+		})
+
+		t.Run("LoadBalancer/source-ranges-node-exception", func(t *testing.T) {
+			// A load balancer that makes its VIP an address of the node
+			// (an IP route rule, or the address itself): the node's own
+			// connections to the VIP then leave from the VIP. When the
+			// source ranges hold a node address, kube-proxy allows the VIP
+			// as a source too, so that the node reaches its load balancer.
+			for _, fam := range families {
+				vip := addrOf(lbNodeRangeIPs, fam, 80)
+				prefix := fmt.Sprintf("%s/%d", vip.Addr(), vip.Addr().BitLen())
+				if _, err := n1.Run("ip", "addr", "add", prefix, "dev", "lo"); err != nil {
+					t.Fatal(err)
+				}
+				r := netlab.Eventually(t, settle, dialer(&n1.Host, netlab.TCP, vip, answerTimeout), netlab.Answered("pod-c"))
+				if r.Local.Addr() != vip.Addr() {
+					t.Errorf("%s: node-1's connection left from %s, not from the VIP: the exception is not exercised", ipv(fam), r.Local.Addr())
+				}
+				if _, err := n1.Run("ip", "addr", "del", prefix, "dev", "lo"); err != nil {
+					t.Fatal(err)
+				}
+				// Anyone else outside the ranges is still dropped.
+				expectOnly(t, 3, dialer(&podA.Host, netlab.TCP, vip, dropTimeout), netlab.TimedOut, "")
 			}
 		})
 
