@@ -7,6 +7,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,7 +44,7 @@ func benchmarkKernel(b *testing.B, services int, netlink bool) {
 			failure = err.Error()
 			return
 		}
-		tb := newTable(ipv4, nft, nftReader(knftables.IPv4Family, "kpng"))
+		tb := newTable(ipv4, nftCommand{nft}, nftReader(knftables.IPv4Family, "kpng"))
 		tb.count = netlinkCounter(ipv4, "kpng")
 		if netlink {
 			tb.nl = newNLTable(ipv4, "kpng")
@@ -107,6 +109,15 @@ func benchmarkKernel(b *testing.B, services int, netlink bool) {
 		b.ReportMetric(float64(periodic.Microseconds()), "periodic-check-µs")
 		b.ReportMetric(float64(ops), "nft-ops/sync")
 		b.ReportMetric(float64(rssKiB())/1024, "rss-MiB")
+		// What the backend keeps (its mirror, the state's messages), once
+		// the garbage of the cold sync is collected and returned.
+		debug.FreeOSMemory()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "live-heap-MiB")
+		b.ReportMetric(float64(rssKiB())/1024, "rss-after-gc-MiB")
+		runtime.KeepAlive(be)
+		runtime.KeepAlive(st)
 	})
 	if failure != "" {
 		b.Fatalf("benchmark failed: %s", failure)

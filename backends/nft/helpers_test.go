@@ -172,7 +172,7 @@ func withSvc(f func(*localv1.Service)) svcOpt {
 	return func(se *localv1.ServiceEndpoints) { f(se.Service) }
 }
 
-const tcp, udp = localv1.Protocol_TCP, localv1.Protocol_UDP
+const tcp, udp, sctp = localv1.Protocol_TCP, localv1.Protocol_UDP, localv1.Protocol_SCTP
 
 // richServices has a service of every kind, in both families.
 func richServices() []*localv1.ServiceEndpoints {

@@ -28,7 +28,8 @@ func many(n int) []*localv1.ServiceEndpoints {
 }
 
 // TestOneEndpointChangeWritesOnlyThatService: among 100 services, an
-// endpoint change rewrites only the one chain that lists the endpoints.
+// endpoint change rewrites only the one element of the service's endpoint
+// map that held the endpoint: no rule, no chain.
 func TestOneEndpointChangeWritesOnlyThatService(t *testing.T) {
 	f := newFixture(t, testConfig())
 	svcs := many(100)
@@ -38,8 +39,8 @@ func TestOneEndpointChangeWritesOnlyThatService(t *testing.T) {
 		ep("p", tcp, "10.1.0.43", 8080, "cluster"), ep("p", tcp, "10.3.0.43", 8080, "cluster"))
 	f.set(changed)
 	want := []string{
-		"add rule ip kpng service-663T5ROZ-bulk/svc-42/tcp/p meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.1.0.43 . 8080, 1 : 10.3.0.43 . 8080 }",
-		"flush chain ip kpng service-663T5ROZ-bulk/svc-42/tcp/p",
+		"add element ip kpng service-663T5ROZ-bulk/svc-42/tcp/p { 32768-65535 : 10.3.0.43 . 8080 }",
+		"delete element ip kpng service-663T5ROZ-bulk/svc-42/tcp/p { 32768-65535 }",
 	}
 	if got := txLines(f.fake4); !slices.Equal(got, want) {
 		t.Errorf("transaction:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -68,6 +69,7 @@ func TestEndpointsGoAndComeBack(t *testing.T) {
 	want := []string{
 		`add element ip kpng no-endpoint-services { 10.96.0.5 . tcp . 80 comment "ns/web:http" : goto reject-chain }`,
 		"delete element ip kpng service-ips { 10.96.0.5 . tcp . 80 }",
+		"delete map ip kpng service-Y6QD5CCT-ns/web/tcp/http",
 		"flush chain ip kpng service-Y6QD5CCT-ns/web/tcp/http",
 	}
 	if got := txLines(f.fake4); !slices.Equal(got, want) {
@@ -189,11 +191,13 @@ func TestRestartReconciles(t *testing.T) {
 	g.sync(backend.Changes{})
 	got := txLines(f.fake4)
 	want := []string{
-		"add rule ip kpng service-DTT4EMGH-bulk/svc-7/tcp/p meta l4proto tcp dnat ip addr . port to numgen random mod 1 map { 0 : 10.1.0.8 . 8080 }",
+		"add element ip kpng service-DTT4EMGH-bulk/svc-7/tcp/p { 0-65535 : 10.1.0.8 . 8080 }",
 		`add table ip kpng { comment "rules for kpng" ; }`,
 		"delete element ip kpng cluster-ips { 10.96.0.4 }",
+		"delete element ip kpng service-DTT4EMGH-bulk/svc-7/tcp/p { 0-32767 }",
+		"delete element ip kpng service-DTT4EMGH-bulk/svc-7/tcp/p { 32768-65535 }",
 		"delete element ip kpng service-ips { 10.96.0.4 . tcp . 80 }",
-		"flush chain ip kpng service-DTT4EMGH-bulk/svc-7/tcp/p",
+		"delete map ip kpng service-ZVSJ32VG-bulk/svc-3/tcp/p",
 		"flush chain ip kpng service-ZVSJ32VG-bulk/svc-3/tcp/p",
 	}
 	if !slices.Equal(got, want) {

@@ -74,7 +74,11 @@ func fakeReader(f *knftables.Fake) reader {
 			}
 		}
 		for name, fm := range t.Maps {
-			s.sets[name] = &set{name: name, isMap: true, typ: fm.Type}
+			typ := fm.Type
+			if fm.TypeOf != "" {
+				typ = listedTypes[fm.TypeOf]
+			}
+			s.sets[name] = &set{name: name, isMap: true, typ: typ}
 			for _, e := range fm.Elements {
 				s.elems[elemID{name, joinKey(e.Key...)}] = joinKey(e.Value...)
 			}
@@ -287,6 +291,17 @@ func renderValue(v any) (string, error) {
 				return k + " " + target, nil
 			case "drop", "accept", "return", "continue":
 				return k, nil
+			case "range":
+				bounds, ok := inner.([]any)
+				if !ok || len(bounds) != 2 {
+					return "", fmt.Errorf("range of %v", inner)
+				}
+				lo, err := renderValue(bounds[0])
+				if err != nil {
+					return "", err
+				}
+				hi, err := renderValue(bounds[1])
+				return lo + "-" + hi, err
 			case "prefix":
 				m, _ := inner.(map[string]any)
 				addr, err := renderValue(m["addr"])

@@ -108,7 +108,7 @@ func realFixtureWith(t *testing.T, cfg Config, netlink bool) *fixture {
 		if err != nil {
 			t.Fatalf("knftables.New(%s): %v", fam.nft, err)
 		}
-		tb := newTable(fam, nft, nftReader(fam.nft, "kpng"))
+		tb := newTable(fam, nftCommand{nft}, nftReader(fam.nft, "kpng"))
 		tb.count = netlinkCounter(fam, "kpng")
 		if netlink {
 			tb.nl = newNLTable(fam, "kpng")

@@ -111,12 +111,41 @@ type batch struct {
 // *untranslatable error naming the first operation it cannot translate.
 func (w *nlTable) encode(ops []op, sets func(string) *set) ([]netlink.Message, error) {
 	b := &batch{fam: w.fam, table: w.table, newIDs: map[string]uint32{}, sets: sets, anonName: w.anonName}
-	for _, o := range ops {
-		if err := b.op(o); err != nil {
+	for i := 0; i < len(ops); {
+		// A run of element operations on one set is one message, as one
+		// nft command is: the kernel looks a set up by name by going
+		// through every set of the table (20,000 at 10,000 services).
+		if e, ok := ops[i].obj.(*knftables.Element); ok {
+			j := i + 1
+			for j < len(ops) && j-i < maxElemsPerMsg && ops[j].verb == ops[i].verb && sameSet(ops[j].obj, e) {
+				j++
+			}
+			es := make([]*knftables.Element, 0, j-i)
+			for _, o := range ops[i:j] {
+				es = append(es, o.obj.(*knftables.Element))
+			}
+			if err := b.elements(ops[i].verb, es); err != nil {
+				return nil, err
+			}
+			i = j
+			continue
+		}
+		if err := b.op(ops[i]); err != nil {
 			return nil, err
 		}
+		i++
 	}
 	return b.msgs, nil
+}
+
+// maxElemsPerMsg bounds the elements of one message: their list is one
+// netlink attribute, of at most 64 KiB.
+const maxElemsPerMsg = 256
+
+// sameSet reports whether obj is an element of e's set or map.
+func sameSet(obj knftables.Object, e *knftables.Element) bool {
+	o, ok := obj.(*knftables.Element)
+	return ok && o.Set == e.Set && o.Map == e.Map
 }
 
 func (b *batch) op(o op) error {
@@ -157,12 +186,15 @@ func (b *batch) op(o op) error {
 			return nil
 		}
 	case *knftables.Map:
-		if o.verb == opDelete {
+		switch o.verb {
+		case opAdd:
+			return b.endpointMap(obj)
+		case opDelete:
 			b.delSet(obj.Name)
 			return nil
 		}
 	case *knftables.Element:
-		return b.element(o.verb, obj)
+		return b.elements(o.verb, []*knftables.Element{obj})
 	}
 	return cannot("%T operation %d", o.obj, o.verb)
 }
@@ -254,35 +286,38 @@ func udataString(b []byte, typ byte, s string) []byte {
 	return append(b, 0)
 }
 
-// element adds or deletes an element of a named set or map.
-func (b *batch) element(v verb, e *knftables.Element) error {
-	name, isMap := e.Set, false
-	if e.Map != "" {
-		name, isMap = e.Map, true
+// elements adds or deletes elements of one named set or map, in one
+// message.
+func (b *batch) elements(v verb, es []*knftables.Element) error {
+	name, isMap := es[0].Set, false
+	if es[0].Map != "" {
+		name, isMap = es[0].Map, true
 	}
 	def := b.sets(name)
-	if def == nil || def.isMap != isMap || e.Comment != nil && len(*e.Comment) > 250 {
+	if def == nil || def.isMap != isMap {
 		return cannot("element of %s", name)
 	}
-	keyTypes, valType, _ := strings.Cut(def.typ, " : ")
-	key, err := encodeKey(strings.Split(keyTypes, " . "), e.Key)
-	if err != nil {
-		return cannot("element key %v of %s: %v", e.Key, name, err)
-	}
-	var verdict *expr.Verdict
-	if v == opAdd && isMap {
-		if valType != "verdict" || len(e.Value) != 1 {
-			return cannot("element value %v of %s", e.Value, name)
-		}
-		if verdict, err = parseVerdict(e.Value[0]); err != nil {
-			return cannot("element value %v of %s: %v", e.Value, name, err)
-		}
-	}
 	t, flags := unix.NFT_MSG_NEWSETELEM, netlink.Create
-	if v == opDelete {
+	switch v {
+	case opAdd:
+	case opDelete:
 		t, flags = unix.NFT_MSG_DELSETELEM, 0
-	} else if v != opAdd {
+	default:
 		return cannot("element operation %d", v)
+	}
+	writers := make([]func(*netlink.AttributeEncoder), 0, len(es))
+	for _, e := range es {
+		var w func(*netlink.AttributeEncoder)
+		var err error
+		if def.typeOf != "" {
+			w, err = b.endpointElem(v, name, def, e)
+		} else {
+			w, err = b.element(v, name, def, e)
+		}
+		if err != nil {
+			return err
+		}
+		writers = append(writers, w)
 	}
 	b.msg(t, flags, func(ae *netlink.AttributeEncoder) {
 		ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, b.table)
@@ -291,17 +326,44 @@ func (b *batch) element(v verb, e *knftables.Element) error {
 			ae.Uint32(unix.NFTA_SET_ELEM_LIST_SET_ID, id)
 		}
 		ae.Nested(unix.NFTA_SET_ELEM_LIST_ELEMENTS, func(ae *netlink.AttributeEncoder) error {
-			ae.Nested(unix.NFTA_LIST_ELEM, func(ae *netlink.AttributeEncoder) error {
-				encodeElem(ae, key, verdict, nil)
-				if v == opAdd && e.Comment != nil {
-					ae.Bytes(unix.NFTA_SET_ELEM_USERDATA, udataString(nil, udataElemComment, *e.Comment))
-				}
-				return nil
-			})
+			for _, w := range writers {
+				w(ae)
+			}
 			return nil
 		})
 	})
 	return nil
+}
+
+// element checks one element of set def and returns what writes it in a
+// list of elements.
+func (b *batch) element(v verb, name string, def *set, e *knftables.Element) (func(*netlink.AttributeEncoder), error) {
+	if e.Comment != nil && len(*e.Comment) > 250 {
+		return nil, cannot("element comment of %d bytes", len(*e.Comment))
+	}
+	keyTypes, valType, _ := strings.Cut(def.typ, " : ")
+	key, err := encodeKey(strings.Split(keyTypes, " . "), e.Key)
+	if err != nil {
+		return nil, cannot("element key %v of %s: %v", e.Key, name, err)
+	}
+	var verdict *expr.Verdict
+	if v == opAdd && def.isMap {
+		if valType != "verdict" || len(e.Value) != 1 {
+			return nil, cannot("element value %v of %s", e.Value, name)
+		}
+		if verdict, err = parseVerdict(e.Value[0]); err != nil {
+			return nil, cannot("element value %v of %s: %v", e.Value, name, err)
+		}
+	}
+	return func(ae *netlink.AttributeEncoder) {
+		ae.Nested(unix.NFTA_LIST_ELEM, func(ae *netlink.AttributeEncoder) error {
+			encodeElem(ae, key, verdict, nil)
+			if v == opAdd && e.Comment != nil {
+				ae.Bytes(unix.NFTA_SET_ELEM_USERDATA, udataString(nil, udataElemComment, *e.Comment))
+			}
+			return nil
+		})
+	}, nil
 }
 
 // encodeElem writes one element's key and value (a verdict or data).

@@ -48,6 +48,7 @@ func TestNetlinkMatchesNft(t *testing.T) {
 					checkPath(t, step.name, f.b.Last, step.fallback)
 				}
 				got4, got6 := listTable(t, ns, "ip"), listTable(t, ns, "ip6")
+				gotDecls := mapDecls(t, ns)
 
 				// The same state, written from scratch by nft.
 				nftIn(t, ns, "delete", "table", "ip", "kpng")
@@ -62,9 +63,36 @@ func TestNetlinkMatchesNft(t *testing.T) {
 				if got6 != want6 {
 					t.Errorf("IPv6 table written through netlink differs from nft's:\n%s", diffLines(got6, want6))
 				}
+				// The JSON listing shows a map's types, not the "typeof"
+				// declaration nft prints from the user data we copy.
+				if wantDecls := mapDecls(t, ns); gotDecls != wantDecls {
+					t.Errorf("map declarations written through netlink differ from nft's:\n%s", diffLines(gotDecls, wantDecls))
+				}
 			})
 		})
 	}
+}
+
+// mapDecls lists every map of both tables with the declaration nft prints
+// for it ("typeof ..." or "type ..."), sorted.
+func mapDecls(t *testing.T, ns string) string {
+	t.Helper()
+	var decls []string
+	for _, fam := range []string{"ip", "ip6"} {
+		name := ""
+		for _, line := range strings.Split(nftIn(t, ns, "list", "maps", fam), "\n") {
+			f := strings.Fields(line)
+			switch {
+			case len(f) == 3 && f[0] == "map" && f[2] == "{":
+				name = f[1]
+			case name != "" && len(f) > 0 && (f[0] == "typeof" || f[0] == "type"):
+				decls = append(decls, fam+" "+name+": "+strings.Join(f, " "))
+				name = ""
+			}
+		}
+	}
+	slices.Sort(decls)
+	return strings.Join(decls, "\n")
 }
 
 // listTable is a table as `nft -j list table` shows it, in a canonical

@@ -83,6 +83,9 @@ func (b *batch) rule(r *knftables.Rule) error {
 // to the batch first.
 func (b *batch) ruleExprs(text string) ([]expr.Any, error) {
 	f := b.fam
+	if m := reEndpointMapRule.FindStringSubmatch(text); m != nil {
+		return b.endpointMapRule(m)
+	}
 	if m := reDNATMap.FindStringSubmatch(text); m != nil && m[2] == f.ipX {
 		n, elems, err := modElems(m[3], m[4], ", ", reMapElem)
 		if err != nil {

@@ -32,6 +32,18 @@ func netlinkSteps() []netlinkStep {
 			se.Endpoints[1].Ip = "10.0.2.99"
 			f.set(se)
 		}},
+		{name: "a service gains endpoints (the intervals of its map are cut again)", do: func(f *fixture) {
+			se := clone(web4)
+			ep("http", tcp, "10.0.3.5", 8080, "cluster")(se)
+			ep("http", tcp, "10.0.4.5", 8080, "cluster")(se)
+			f.set(se)
+		}},
+		{name: "UDP and SCTP services are added, in both families", do: func(f *fixture) {
+			f.set(service("ns", "u", "10.96.0.40", port("p", udp, 53, 0, true), ep("p", udp, "10.0.2.40", 5353, "cluster"), ep("p", udp, "10.0.3.40", 5353, "cluster")),
+				service("ns", "s", "10.96.0.41", port("p", sctp, 9, 0, true), ep("p", sctp, "10.0.2.41", 99, "cluster")),
+				service("ns", "u", "fd00:96::40", port("p", udp, 53, 0, true), ep("p", udp, "fd01:2::40", 5353, "cluster")),
+				service("ns", "s", "fd00:96::41", port("p", sctp, 9, 0, true), ep("p", sctp, "fd01:2::41", 99, "cluster"), ep("p", sctp, "fd01:3::41", 99, "cluster")))
+		}},
 		{name: "a NodePort service with a Local policy and an endpoint here is added", do: func(f *fixture) {
 			f.set(service("ns", "local", "10.96.0.20", port("p", tcp, 90, 30090, true),
 				withSvc(func(s *localv1.Service) {

@@ -41,9 +41,12 @@ type chain struct {
 
 // set is a set or a map (without its elements).
 type set struct {
-	name    string
-	isMap   bool
-	typ     string // "ipv4_addr . inet_proto . inet_service : verdict"
+	name  string
+	isMap bool
+	typ   string // "ipv4_addr . inet_proto . inet_service : verdict", as listed
+	// typeOf, when set, is how the set is declared ("typeof ..."), for key
+	// types nft has no name for (the endpoint maps: see endpointMap).
+	typeOf  string
 	flags   []knftables.SetFlag
 	timeout time.Duration
 	comment string

@@ -198,10 +198,11 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, er
 			nft, read, count = &printer{Fake: fake, out: out}, fakeReader(fake), fakeCounter(fake)
 		} else {
 			var err error
-			nft, err = knftables.New(fam.nft, p.Config.Table)
+			real, err := knftables.New(fam.nft, p.Config.Table)
 			if err != nil {
 				return nil, fmt.Errorf("nftables %s: %w", fam, err)
 			}
+			nft = nftCommand{real}
 			read, count = nftReader(fam.nft, p.Config.Table), netlinkCounter(fam, p.Config.Table)
 		}
 		t := newTable(fam, nft, read)

@@ -160,7 +160,7 @@ func TestV1Alpha1AndMigratedV1Alpha2ProgramTheSameRules(t *testing.T) {
 	)
 	for _, c := range []ruleCheck{
 		{run: nftAll, what: "the service", re: `10\.96\.0\.20 \. tcp \. 80 : goto service-`},
-		{run: nftAll, what: "the endpoints", re: `dnat ip to numgen random mod 2 map \{ 0 : 10\.244\.1\.10 \. 8080, 1 : 10\.244\.1\.11 \. 8080 \}`},
+		{run: nftAll, what: "the endpoints", re: `elements = \{ 0-32767 : 10\.244\.1\.10 \. 8080,\s+32768-65535 : 10\.244\.1\.11 \. 8080 \}`},
 		{run: nftAll, what: "masqueradeAll (IPv4)", re: `(?m)^\s+ip daddr @cluster-ips meta mark set .*"masquerade all clusterIP traffic`},
 		{run: nftAll, what: "masqueradeAll (IPv6)", re: `(?m)^\s+ip6 daddr @cluster-ips meta mark set .*"masquerade all clusterIP traffic`},
 		{run: nftAll, what: "nodePortAddresses (IPv4)", re: `(?m)^\s+ip daddr @nodeport-ips meta l4proto \. th dport vmap @service-nodeports`},
