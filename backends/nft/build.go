@@ -380,8 +380,8 @@ type endpoint struct {
 }
 
 // Endpoint maps. A connection goes to one of the endpoints at random:
-// `numgen random mod 65536` looked up in a map of the chain's own (named as
-// the chain), whose elements split 0-65535 into one interval per endpoint
+// `numgen random mod 65536` looked up in a map of the chain's own (see
+// endpointMapName), whose elements split 0-65535 into one interval per endpoint
 // (equal to within one in 65,536). The rule never changes with the
 // endpoints; an endpoint change rewrites elements only. That matters to the
 // kernel: at each commit that adds a rule with a dnat or a verdict, it
@@ -432,14 +432,15 @@ func policyChain(e *env, p *part, name, proto string, eps []*endpoint, affinity 
 	var elems []string
 	switch {
 	case !affinity && len(eps) <= endpointSlots:
-		p.sets = append(p.sets, &set{name: name, isMap: true, typ: e.endpointMapType(), typeOf: e.endpointMapTypeOf(proto),
+		m := endpointMapName(name)
+		p.sets = append(p.sets, &set{name: m, isMap: true, typ: e.endpointMapType(), typeOf: e.endpointMapTypeOf(proto),
 			flags: []knftables.SetFlag{knftables.IntervalFlag}})
 		for i, ep := range eps {
-			p.elems = append(p.elems, elem{elemID: elemID{name, endpointSlot(i, len(eps))}, isMap: true,
+			p.elems = append(p.elems, elem{elemID: elemID{m, endpointSlot(i, len(eps))}, isMap: true,
 				value: joinKey(ep.ip.String(), itoa(int64(ep.port)))})
 		}
 		c.rules = append(c.rules, rule{text: knftables.Concat("meta l4proto", proto,
-			"dnat", e.ipX, "to numgen random mod", endpointSlots, "map", "@"+name)})
+			"dnat", e.ipX, "to numgen random mod", endpointSlots, "map", "@"+m)})
 		p.chains = append(p.chains, c.seal())
 		return
 	case !affinity:

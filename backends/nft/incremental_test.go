@@ -39,8 +39,8 @@ func TestOneEndpointChangeWritesOnlyThatService(t *testing.T) {
 		ep("p", tcp, "10.1.0.43", 8080, "cluster"), ep("p", tcp, "10.3.0.43", 8080, "cluster"))
 	f.set(changed)
 	want := []string{
-		"add element ip kpng service-663T5ROZ-bulk/svc-42/tcp/p { 32768-65535 : 10.3.0.43 . 8080 }",
-		"delete element ip kpng service-663T5ROZ-bulk/svc-42/tcp/p { 32768-65535 }",
+		"add element ip kpng ep-HJUOOMOWBGXZ6NQO { 32768-65535 : 10.3.0.43 . 8080 }",
+		"delete element ip kpng ep-HJUOOMOWBGXZ6NQO { 32768-65535 }",
 	}
 	if got := txLines(f.fake4); !slices.Equal(got, want) {
 		t.Errorf("transaction:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -69,7 +69,7 @@ func TestEndpointsGoAndComeBack(t *testing.T) {
 	want := []string{
 		`add element ip kpng no-endpoint-services { 10.96.0.5 . tcp . 80 comment "ns/web:http" : goto reject-chain }`,
 		"delete element ip kpng service-ips { 10.96.0.5 . tcp . 80 }",
-		"delete map ip kpng service-Y6QD5CCT-ns/web/tcp/http",
+		"delete map ip kpng ep-7DOIQCC7AFBIJCG7",
 		"flush chain ip kpng service-Y6QD5CCT-ns/web/tcp/http",
 	}
 	if got := txLines(f.fake4); !slices.Equal(got, want) {
@@ -191,13 +191,13 @@ func TestRestartReconciles(t *testing.T) {
 	g.sync(backend.Changes{})
 	got := txLines(f.fake4)
 	want := []string{
-		"add element ip kpng service-DTT4EMGH-bulk/svc-7/tcp/p { 0-65535 : 10.1.0.8 . 8080 }",
+		"add element ip kpng ep-QJOKWQMQ6YEDQTLG { 0-65535 : 10.1.0.8 . 8080 }",
 		`add table ip kpng { comment "rules for kpng" ; }`,
 		"delete element ip kpng cluster-ips { 10.96.0.4 }",
-		"delete element ip kpng service-DTT4EMGH-bulk/svc-7/tcp/p { 0-32767 }",
-		"delete element ip kpng service-DTT4EMGH-bulk/svc-7/tcp/p { 32768-65535 }",
+		"delete element ip kpng ep-QJOKWQMQ6YEDQTLG { 0-32767 }",
+		"delete element ip kpng ep-QJOKWQMQ6YEDQTLG { 32768-65535 }",
 		"delete element ip kpng service-ips { 10.96.0.4 . tcp . 80 }",
-		"delete map ip kpng service-ZVSJ32VG-bulk/svc-3/tcp/p",
+		"delete map ip kpng ep-6BM6RQNBL4WJWLCU",
 		"flush chain ip kpng service-ZVSJ32VG-bulk/svc-3/tcp/p",
 	}
 	if !slices.Equal(got, want) {

@@ -161,14 +161,14 @@ func TestServiceRules(t *testing.T) {
 			want: `
 add chain ip kpng external-Y6QD5CCT-ns/web/tcp/http
 add chain ip kpng service-Y6QD5CCT-ns/web/tcp/http
-add map ip kpng service-Y6QD5CCT-ns/web/tcp/http { typeof numgen random mod 65536 : ip daddr . tcp dport ; flags interval ; }
+add map ip kpng ep-7DOIQCC7AFBIJCG7 { typeof numgen random mod 65536 : ip daddr . tcp dport ; flags interval ; }
 add rule ip kpng external-Y6QD5CCT-ns/web/tcp/http mark set mark or 0x00004000 comment "masquerade"
 add rule ip kpng external-Y6QD5CCT-ns/web/tcp/http goto service-Y6QD5CCT-ns/web/tcp/http
-add rule ip kpng service-Y6QD5CCT-ns/web/tcp/http meta l4proto tcp dnat ip to numgen random mod 65536 map @service-Y6QD5CCT-ns/web/tcp/http
+add rule ip kpng service-Y6QD5CCT-ns/web/tcp/http meta l4proto tcp dnat ip to numgen random mod 65536 map @ep-7DOIQCC7AFBIJCG7
 add element ip kpng cluster-ips { 10.96.0.5 }
 add element ip kpng hairpin-connections { 10.0.1.5 . 10.0.1.5 . tcp . 8080 }
-add element ip kpng service-Y6QD5CCT-ns/web/tcp/http { 0-32767 : 10.0.1.5 . 8080 }
-add element ip kpng service-Y6QD5CCT-ns/web/tcp/http { 32768-65535 : 10.0.2.5 . 8080 }
+add element ip kpng ep-7DOIQCC7AFBIJCG7 { 0-32767 : 10.0.1.5 . 8080 }
+add element ip kpng ep-7DOIQCC7AFBIJCG7 { 32768-65535 : 10.0.2.5 . 8080 }
 add element ip kpng service-ips { 10.96.0.5 . tcp . 80 : goto service-Y6QD5CCT-ns/web/tcp/http }
 add element ip kpng service-nodeports { tcp . 30080 : goto external-Y6QD5CCT-ns/web/tcp/http }
 `,
@@ -181,21 +181,21 @@ add chain ip kpng external-XI5Y37DP-ns/lb/tcp/https
 add chain ip kpng firewall-XI5Y37DP-ns/lb/tcp/https
 add chain ip kpng local-XI5Y37DP-ns/lb/tcp/https
 add chain ip kpng service-XI5Y37DP-ns/lb/tcp/https
-add map ip kpng local-XI5Y37DP-ns/lb/tcp/https { typeof numgen random mod 65536 : ip daddr . tcp dport ; flags interval ; }
-add map ip kpng service-XI5Y37DP-ns/lb/tcp/https { typeof numgen random mod 65536 : ip daddr . tcp dport ; flags interval ; }
+add map ip kpng ep-HO6M4MUMQOQODXT6 { typeof numgen random mod 65536 : ip daddr . tcp dport ; flags interval ; }
+add map ip kpng ep-LYHXN2GNWI5TBW7D { typeof numgen random mod 65536 : ip daddr . tcp dport ; flags interval ; }
 add rule ip kpng external-XI5Y37DP-ns/lb/tcp/https ip saddr 10.0.0.0/16 goto service-XI5Y37DP-ns/lb/tcp/https comment "short-circuit pod traffic"
 add rule ip kpng external-XI5Y37DP-ns/lb/tcp/https fib saddr type local mark set mark or 0x00004000 comment "masquerade local traffic"
 add rule ip kpng external-XI5Y37DP-ns/lb/tcp/https fib saddr type local goto service-XI5Y37DP-ns/lb/tcp/https comment "short-circuit local traffic"
 add rule ip kpng external-XI5Y37DP-ns/lb/tcp/https goto local-XI5Y37DP-ns/lb/tcp/https
 add rule ip kpng firewall-XI5Y37DP-ns/lb/tcp/https ip saddr != { 192.168.0.0/24, 203.0.113.0/24, 203.0.113.7 } drop
-add rule ip kpng local-XI5Y37DP-ns/lb/tcp/https meta l4proto tcp dnat ip to numgen random mod 65536 map @local-XI5Y37DP-ns/lb/tcp/https
-add rule ip kpng service-XI5Y37DP-ns/lb/tcp/https meta l4proto tcp dnat ip to numgen random mod 65536 map @service-XI5Y37DP-ns/lb/tcp/https
+add rule ip kpng local-XI5Y37DP-ns/lb/tcp/https meta l4proto tcp dnat ip to numgen random mod 65536 map @ep-LYHXN2GNWI5TBW7D
+add rule ip kpng service-XI5Y37DP-ns/lb/tcp/https meta l4proto tcp dnat ip to numgen random mod 65536 map @ep-HO6M4MUMQOQODXT6
 add element ip kpng cluster-ips { 10.96.0.6 }
 add element ip kpng hairpin-connections { 10.0.1.6 . 10.0.1.6 . tcp . 8443 }
+add element ip kpng ep-HO6M4MUMQOQODXT6 { 0-32767 : 10.0.1.6 . 8443 }
+add element ip kpng ep-HO6M4MUMQOQODXT6 { 32768-65535 : 10.0.2.6 . 8443 }
+add element ip kpng ep-LYHXN2GNWI5TBW7D { 0-65535 : 10.0.1.6 . 8443 }
 add element ip kpng firewall-ips { 203.0.113.7 . tcp . 443 : goto firewall-XI5Y37DP-ns/lb/tcp/https }
-add element ip kpng local-XI5Y37DP-ns/lb/tcp/https { 0-65535 : 10.0.1.6 . 8443 }
-add element ip kpng service-XI5Y37DP-ns/lb/tcp/https { 0-32767 : 10.0.1.6 . 8443 }
-add element ip kpng service-XI5Y37DP-ns/lb/tcp/https { 32768-65535 : 10.0.2.6 . 8443 }
 add element ip kpng service-ips { 10.96.0.6 . tcp . 443 : goto service-XI5Y37DP-ns/lb/tcp/https }
 add element ip kpng service-ips { 198.51.100.7 . tcp . 443 : goto external-XI5Y37DP-ns/lb/tcp/https }
 add element ip kpng service-ips { 203.0.113.7 . tcp . 443 : goto external-XI5Y37DP-ns/lb/tcp/https }
@@ -246,13 +246,13 @@ add element ip kpng no-endpoint-services { 10.96.0.9 . udp . 53 comment "ns/nolo
 			want: `
 add chain ip kpng service-2YY5BS5C-kube-system/dns/udp/dns
 add chain ip kpng service-PXHAI4EJ-kube-system/dns/tcp/dns-tcp
-add map ip kpng service-2YY5BS5C-kube-system/dns/udp/dns { typeof numgen random mod 65536 : ip daddr . udp dport ; flags interval ; }
-add map ip kpng service-PXHAI4EJ-kube-system/dns/tcp/dns-tcp { typeof numgen random mod 65536 : ip daddr . tcp dport ; flags interval ; }
-add rule ip kpng service-2YY5BS5C-kube-system/dns/udp/dns meta l4proto udp dnat ip to numgen random mod 65536 map @service-2YY5BS5C-kube-system/dns/udp/dns
-add rule ip kpng service-PXHAI4EJ-kube-system/dns/tcp/dns-tcp meta l4proto tcp dnat ip to numgen random mod 65536 map @service-PXHAI4EJ-kube-system/dns/tcp/dns-tcp
+add map ip kpng ep-BVU3S7UHJ3XENFDT { typeof numgen random mod 65536 : ip daddr . tcp dport ; flags interval ; }
+add map ip kpng ep-DWZTWQ6ZM5ONLVKW { typeof numgen random mod 65536 : ip daddr . udp dport ; flags interval ; }
+add rule ip kpng service-2YY5BS5C-kube-system/dns/udp/dns meta l4proto udp dnat ip to numgen random mod 65536 map @ep-DWZTWQ6ZM5ONLVKW
+add rule ip kpng service-PXHAI4EJ-kube-system/dns/tcp/dns-tcp meta l4proto tcp dnat ip to numgen random mod 65536 map @ep-BVU3S7UHJ3XENFDT
 add element ip kpng cluster-ips { 10.96.0.10 }
-add element ip kpng service-2YY5BS5C-kube-system/dns/udp/dns { 0-65535 : 10.0.2.10 . 53 }
-add element ip kpng service-PXHAI4EJ-kube-system/dns/tcp/dns-tcp { 0-65535 : 10.0.2.10 . 53 }
+add element ip kpng ep-BVU3S7UHJ3XENFDT { 0-65535 : 10.0.2.10 . 53 }
+add element ip kpng ep-DWZTWQ6ZM5ONLVKW { 0-65535 : 10.0.2.10 . 53 }
 add element ip kpng service-ips { 10.96.0.10 . tcp . 53 : goto service-PXHAI4EJ-kube-system/dns/tcp/dns-tcp }
 add element ip kpng service-ips { 10.96.0.10 . udp . 53 : goto service-2YY5BS5C-kube-system/dns/udp/dns }
 `,
@@ -289,17 +289,17 @@ add element ip6 kpng service-nodeports { tcp . 30080 : goto external-Y6QD5CCT-ns
 add chain ip6 kpng external-XI5Y37DP-ns/lb/tcp/https
 add chain ip6 kpng firewall-XI5Y37DP-ns/lb/tcp/https
 add chain ip6 kpng service-XI5Y37DP-ns/lb/tcp/https
-add map ip6 kpng service-XI5Y37DP-ns/lb/tcp/https { typeof numgen random mod 65536 : ip6 daddr . tcp dport ; flags interval ; }
+add map ip6 kpng ep-HO6M4MUMQOQODXT6 { typeof numgen random mod 65536 : ip6 daddr . tcp dport ; flags interval ; }
 add rule ip6 kpng external-XI5Y37DP-ns/lb/tcp/https ip6 saddr fd01::/48 goto service-XI5Y37DP-ns/lb/tcp/https comment "short-circuit pod traffic"
 add rule ip6 kpng external-XI5Y37DP-ns/lb/tcp/https fib saddr type local mark set mark or 0x00004000 comment "masquerade local traffic"
 add rule ip6 kpng external-XI5Y37DP-ns/lb/tcp/https fib saddr type local goto service-XI5Y37DP-ns/lb/tcp/https comment "short-circuit local traffic"
 add rule ip6 kpng firewall-XI5Y37DP-ns/lb/tcp/https ip6 saddr != { 2001:db8::/64 } drop
-add rule ip6 kpng service-XI5Y37DP-ns/lb/tcp/https meta l4proto tcp dnat ip6 to numgen random mod 65536 map @service-XI5Y37DP-ns/lb/tcp/https
+add rule ip6 kpng service-XI5Y37DP-ns/lb/tcp/https meta l4proto tcp dnat ip6 to numgen random mod 65536 map @ep-HO6M4MUMQOQODXT6
 add element ip6 kpng cluster-ips { fd00:96::6 }
+add element ip6 kpng ep-HO6M4MUMQOQODXT6 { 0-65535 : fd01:2::6 . 8443 }
 add element ip6 kpng firewall-ips { 2001:db8::7 . tcp . 443 : goto firewall-XI5Y37DP-ns/lb/tcp/https }
 add element ip6 kpng no-endpoint-nodeports { tcp . 30443 comment "ns/lb:https" : drop }
 add element ip6 kpng no-endpoint-services { 2001:db8::7 . tcp . 443 comment "ns/lb:https" : drop }
-add element ip6 kpng service-XI5Y37DP-ns/lb/tcp/https { 0-65535 : fd01:2::6 . 8443 }
 add element ip6 kpng service-ips { 2001:db8::7 . tcp . 443 : goto external-XI5Y37DP-ns/lb/tcp/https }
 add element ip6 kpng service-ips { fd00:96::6 . tcp . 443 : goto service-XI5Y37DP-ns/lb/tcp/https }
 add element ip6 kpng service-nodeports { tcp . 30443 : goto external-XI5Y37DP-ns/lb/tcp/https }
