@@ -118,20 +118,24 @@ func (s *Source) Run(ctx context.Context, store *cluster.Store) error {
 
 	services := newInformer("services", coreinformers.NewFilteredServiceInformer(
 		client, metav1.NamespaceAll, 0, cache.Indexers{}, serviceSel.tweak))
-	services.handler = handler(w, serviceSetter(s.ServiceProxyName), func(tx *cluster.Tx, ns, name string) { tx.DeleteService(ns, name) })
+	services.transform = convertWith(convertService(s.ServiceProxyName))
+	services.handler = handler(w, func(tx *cluster.Tx, ns, name string) { tx.DeleteService(ns, name) })
 	add(services)
 
 	slices := newInformer("endpointslices", discoveryinformers.NewFilteredEndpointSliceInformer(
 		client, metav1.NamespaceAll, 0, cache.Indexers{}, endpointSliceSelector().tweak))
-	slices.handler = handler(w, setEndpointSlice, func(tx *cluster.Tx, ns, name string) { tx.DeleteEndpointSlice(ns, name) })
+	slices.transform = convertWith(convertEndpointSlice)
+	slices.handler = handler(w, func(tx *cluster.Tx, ns, name string) { tx.DeleteEndpointSlice(ns, name) })
 	add(slices)
 
 	nodes := newInformer("nodes", coreinformers.NewFilteredNodeInformer(client, 0, cache.Indexers{}, nodeSelector(s.NodeName).tweak))
-	nodes.handler = handler(w, setNode, func(tx *cluster.Tx, _, name string) { tx.DeleteNode(name) })
+	nodes.transform = convertWith(convertNode)
+	nodes.handler = handler(w, func(tx *cluster.Tx, _, name string) { tx.DeleteNode(name) })
 	add(nodes)
 
 	cidrs := newInformer("servicecidrs", networkinginformers.NewFilteredServiceCIDRInformer(client, 0, cache.Indexers{}, nil))
-	cidrs.handler = handler(w, setServiceCIDR, func(tx *cluster.Tx, _, name string) { tx.DeleteServiceCIDR(name) })
+	cidrs.transform = convertWith(convertServiceCIDR)
+	cidrs.handler = handler(w, func(tx *cluster.Tx, _, name string) { tx.DeleteServiceCIDR(name) })
 	cidrs.unserved = make(chan struct{})
 	add(cidrs)
 
@@ -234,8 +238,11 @@ func isClosed(ch <-chan struct{}) bool {
 // informer is one watch and what its events do to the store.
 type informer struct {
 	cache.SharedIndexInformer
-	name    string
-	handler cache.ResourceEventHandler
+	name string
+	// transform converts API objects as they enter the informer (see
+	// convertWith); handler writes them to the store.
+	transform cache.TransformFunc
+	handler   cache.ResourceEventHandler
 	// unserved, when not nil, is closed the first time the API server
 	// answers that it does not serve the resource (404): the first view
 	// does not wait for an optional resource an older server lacks.
@@ -249,9 +256,7 @@ func newInformer(name string, inf cache.SharedIndexInformer) *informer {
 // start registers the handler and runs the informer until ctx ends.
 func (inf *informer) start(ctx context.Context, running *sync.WaitGroup, c *conn) (cache.ResourceEventHandlerRegistration, error) {
 	logger := klog.FromContext(ctx)
-	// Keep in memory only what kpng reads: the informer's cache holds every
-	// object, and managed fields are often most of one.
-	if err := inf.SetTransform(trim); err != nil {
+	if err := inf.SetTransform(inf.transform); err != nil {
 		return nil, fmt.Errorf("%s: %w", inf.name, err)
 	}
 	var errs repeats
@@ -340,26 +345,4 @@ func quietWatchError(err error) bool {
 
 func (sel selector) tweak(o *metav1.ListOptions) {
 	o.LabelSelector, o.FieldSelector = sel.label, sel.field
-}
-
-const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
-
-// trim drops what kpng never reads from an object before the informer
-// caches it.
-func trim(obj any) (any, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		m.SetManagedFields(nil)
-		if a := m.GetAnnotations(); a != nil {
-			if _, ok := a[lastAppliedAnnotation]; ok {
-				kept := make(map[string]string, len(a)-1)
-				for k, v := range a {
-					if k != lastAppliedAnnotation {
-						kept[k] = v
-					}
-				}
-				m.SetAnnotations(kept)
-			}
-		}
-	}
-	return obj, nil
 }

@@ -1,12 +1,15 @@
 package kube
 
 import (
+	"reflect"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"github.com/kpng/kpng/cluster"
 )
@@ -69,14 +72,22 @@ func TestServiceSetterKeepsOnlyThisProxysServices(t *testing.T) {
 	}
 	mine, other := "kpng", "other"
 	store := cluster.NewStore()
-	set := serviceSetter(mine)
-	store.Update(func(tx *cluster.Tx) {
-		for _, s := range []*corev1.Service{svc("unlabelled", nil), svc("mine", &mine), svc("other", &other)} {
-			if _, err := set(tx, s); err != nil {
-				t.Fatal(err)
-			}
+	w := &writer{store: store, logger: klog.Background()}
+	transform := convertWith(convertService(mine))
+	del := func(tx *cluster.Tx, ns, name string) { tx.DeleteService(ns, name) }
+	put := func(s *corev1.Service) {
+		c, err := transform(s)
+		if err != nil {
+			t.Fatal(err)
 		}
-	})
+		if c.(*cached).err != nil {
+			t.Fatal(c.(*cached).err)
+		}
+		w.write(c.(*cached), del)
+	}
+	for _, s := range []*corev1.Service{svc("unlabelled", nil), svc("mine", &mine), svc("other", &other)} {
+		put(s)
+	}
 	has := func(name string) (ok bool) {
 		store.View(func(r cluster.Reader) { ok = r.Service(cluster.Key("ns", name)) != nil })
 		return ok
@@ -84,38 +95,64 @@ func TestServiceSetterKeepsOnlyThisProxysServices(t *testing.T) {
 	if !has("unlabelled") || !has("mine") || has("other") {
 		t.Errorf("stored unlabelled=%v mine=%v other=%v, want true true false", has("unlabelled"), has("mine"), has("other"))
 	}
-	store.Update(func(tx *cluster.Tx) {
-		if _, err := set(tx, svc("mine", &other)); err != nil {
-			t.Fatal(err)
-		}
-	})
+	put(svc("mine", &other))
 	if has("mine") {
 		t.Error("a Service relabelled for another proxy is still stored")
 	}
 }
 
-func TestTrimDropsManagedFieldsAndLastApplied(t *testing.T) {
-	in := &corev1.Service{ObjectMeta: metav1.ObjectMeta{
-		Name:          "s",
-		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
-		Annotations: map[string]string{
-			lastAppliedAnnotation:         "{...}",
-			cluster.AnnotationTriggerTime: "2024-01-01T00:00:00Z",
+// The informers keep, of an API object, its identity and the converted
+// object only; a second transform changes nothing; an object that does not
+// convert is removed from the store when it comes, with its error kept.
+func TestInformersKeepOnlyTheConvertedObject(t *testing.T) {
+	in := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: "ns", Name: "s", ResourceVersion: "42", UID: "u",
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+			Annotations:   map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{...}"},
+			Labels:        map[string]string{"app": "x"},
 		},
-	}}
-	out, err := trim(in)
+		Spec: corev1.ServiceSpec{ClusterIP: "10.0.0.1", ClusterIPs: []string{"10.0.0.1"}, Ports: []corev1.ServicePort{{Port: 80}}},
+	}
+	transform := convertWith(convertService(""))
+	out, err := transform(in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := out.(*corev1.Service)
-	if got.ManagedFields != nil {
-		t.Error("managed fields kept")
+	c, ok := out.(*cached)
+	if !ok {
+		t.Fatalf("transform gave %T, want *cached", out)
 	}
-	if _, ok := got.Annotations[lastAppliedAnnotation]; ok {
-		t.Error("last-applied annotation kept")
+	if want := (metav1.ObjectMeta{Namespace: "ns", Name: "s", ResourceVersion: "42"}); !reflect.DeepEqual(c.ObjectMeta, want) {
+		t.Errorf("kept metadata %+v, want only %+v", c.ObjectMeta, want)
 	}
-	if got.Annotations[cluster.AnnotationTriggerTime] == "" {
-		t.Error("the trigger-time annotation, which kpng reads, was dropped")
+	if again, _ := transform(c); again != out {
+		t.Error("transforming a converted object again changed it")
+	}
+	if tomb, _ := transform(cache.DeletedFinalStateUnknown{Key: "ns/s"}); tomb != (cache.DeletedFinalStateUnknown{Key: "ns/s"}) {
+		t.Errorf("a tombstone became %v", tomb)
+	}
+
+	store := cluster.NewStore()
+	w := &writer{store: store, logger: klog.Background()}
+	del := func(tx *cluster.Tx, ns, name string) { tx.DeleteService(ns, name) }
+	w.write(c, del)
+	stored := func() (ok bool) {
+		store.View(func(r cluster.Reader) { ok = r.Service(cluster.Key("ns", "s")) != nil })
+		return ok
+	}
+	if !stored() {
+		t.Fatal("the converted Service was not stored")
+	}
+	bad := in.DeepCopy()
+	bad.Spec.Type = "Bogus"
+	out, _ = transform(bad)
+	if out.(*cached).err == nil {
+		t.Fatal("a Service of an unknown type converted")
+	}
+	w.write(out.(*cached), del)
+	if stored() {
+		t.Error("a Service that no longer converts is still stored")
 	}
 }
 
