@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/kpng/kpng/api/localv1"
@@ -44,9 +45,10 @@ func lastWritten(f *fakeTables, table string) int {
 	return n
 }
 
-// metricValue reads a gauge or counter from the registry kube-proxy's
-// metrics are exposed from (0 when the child does not exist yet).
-func metricValue(t *testing.T, name string, labels ...string) float64 {
+// metric returns the child of the registered metric name with the given
+// label values (label, value, label, value...), or nil when it does not
+// exist yet.
+func metric(t *testing.T, name string, labels ...string) *dto.Metric {
 	t.Helper()
 	mfs, err := legacyregistry.DefaultGatherer.Gather()
 	if err != nil {
@@ -67,15 +69,23 @@ func metricValue(t *testing.T, name string, labels ...string) float64 {
 					continue next
 				}
 			}
-			if m.GetGauge() != nil {
-				return m.GetGauge().GetValue()
-			}
-			return m.GetCounter().GetValue()
+			return m
 		}
-		return 0
+		return nil
 	}
 	t.Fatalf("metric %s is not registered", name)
-	return 0
+	return nil
+}
+
+// metricValue reads a gauge or counter (0 when the child does not exist
+// yet).
+func metricValue(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	m := metric(t, name, labels...)
+	if m.GetGauge() != nil {
+		return m.GetGauge().GetValue()
+	}
+	return m.GetCounter().GetValue()
 }
 
 func TestBackendMetrics(t *testing.T) {
@@ -293,28 +303,7 @@ func (f *onceFeed) Next(ctx context.Context) (*backend.State, backend.Changes, e
 // histogramCount reads the number of observations of a histogram.
 func histogramCount(t *testing.T, name string, labels ...string) uint64 {
 	t.Helper()
-	mfs, err := legacyregistry.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				for _, l := range m.GetLabel() {
-					if l.GetName() == labels[i] && l.GetValue() != labels[i+1] {
-						continue next
-					}
-				}
-			}
-			return m.GetHistogram().GetSampleCount()
-		}
-		return 0
-	}
-	return 0
+	return metric(t, name, labels...).GetHistogram().GetSampleCount()
 }
 
 // TestPeriodicSyncsAreRecordedPartial runs the backend under the driver:
