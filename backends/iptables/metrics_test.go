@@ -45,10 +45,10 @@ func lastWritten(f *fakeTables, table string) int {
 	return n
 }
 
-// metric returns the child of the registered metric name with the given
-// label values (label, value, label, value...), or nil when it does not
-// exist yet.
-func metric(t *testing.T, name string, labels ...string) *dto.Metric {
+// metric returns the child of metric name with the given label values
+// (label, value, label, value...): nil when it does not exist yet, and
+// registered false when the metric itself is not registered yet.
+func metric(t *testing.T, name string, labels ...string) (m *dto.Metric, registered bool) {
 	t.Helper()
 	mfs, err := legacyregistry.DefaultGatherer.Gather()
 	if err != nil {
@@ -69,19 +69,21 @@ func metric(t *testing.T, name string, labels ...string) *dto.Metric {
 					continue next
 				}
 			}
-			return m
+			return m, true
 		}
-		return nil
+		return nil, true
 	}
-	t.Fatalf("metric %s is not registered", name)
-	return nil
+	return nil, false
 }
 
 // metricValue reads a gauge or counter (0 when the child does not exist
 // yet).
 func metricValue(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
-	m := metric(t, name, labels...)
+	m, registered := metric(t, name, labels...)
+	if !registered {
+		t.Fatalf("metric %s is not registered", name)
+	}
 	if m.GetGauge() != nil {
 		return m.GetGauge().GetValue()
 	}
@@ -300,10 +302,12 @@ func (f *onceFeed) Next(ctx context.Context) (*backend.State, backend.Changes, e
 	return nil, backend.Changes{}, ctx.Err()
 }
 
-// histogramCount reads the number of observations of a histogram.
+// histogramCount reads the number of observations of a histogram (0 before
+// it is registered).
 func histogramCount(t *testing.T, name string, labels ...string) uint64 {
 	t.Helper()
-	return metric(t, name, labels...).GetHistogram().GetSampleCount()
+	m, _ := metric(t, name, labels...)
+	return m.GetHistogram().GetSampleCount()
 }
 
 // TestPeriodicSyncsAreRecordedPartial runs the backend under the driver:
