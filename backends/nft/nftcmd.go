@@ -33,10 +33,20 @@ func (n nftCommand) Run(ctx context.Context, tx *knftables.Transaction) error {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("nft -f: %w: %s", err, strings.TrimSpace(stderr.String()))
+		msg := strings.TrimSpace(stderr.String())
+		if len(msg) > maxErrorBytes {
+			// nft repeats each failing command with its error: a refused
+			// transaction of thousands of commands says it thousands of
+			// times.
+			msg = msg[:maxErrorBytes] + fmt.Sprintf(" [... %d more bytes]", len(msg)-maxErrorBytes)
+		}
+		return fmt.Errorf("nft -f: %w: %s", err, msg)
 	}
 	return nil
 }
+
+// maxErrorBytes bounds what an error keeps of nft's messages.
+const maxErrorBytes = 4096
 
 // maxElemsPerCommand bounds a merged command (nft splits it into netlink
 // messages as they fill).
