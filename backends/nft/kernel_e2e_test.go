@@ -231,3 +231,26 @@ func TestKernel(t *testing.T) {
 		_ = time.Second
 	})
 }
+
+// TestNftCommandReportsErrors: a transaction nft refuses is an error that
+// says why, and changes nothing.
+func TestNftCommandReportsErrors(t *testing.T) {
+	inNetns(t, func(ns string) {
+		real, err := knftables.New(knftables.IPv4Family, "kpng")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := nftCommand{real}
+		tx := n.NewTransaction()
+		tx.Add(&knftables.Table{})
+		tx.Add(&knftables.Chain{Name: "c"})
+		tx.Delete(&knftables.Chain{Name: "missing"})
+		err = n.Run(context.Background(), tx)
+		if err == nil || !strings.Contains(err.Error(), "nft -f") || !strings.Contains(err.Error(), "missing") {
+			t.Fatalf("Run: %v; want nft's error naming the missing chain", err)
+		}
+		if out := nftIn(t, ns, "list", "tables"); strings.Contains(out, "kpng") {
+			t.Errorf("a refused transaction left: %s", out)
+		}
+	})
+}
