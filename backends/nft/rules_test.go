@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -327,5 +328,43 @@ add element ip6 kpng service-nodeports { tcp . 30443 : goto external-XI5Y37DP-ns
 				t.Errorf("after deletion, IPv6 differs from the fixed ruleset by:\n%s", linesNotIn(d, base6))
 			}
 		})
+	}
+}
+
+// TestEndpointMapSlots: endpoint i of n gets its share of 0-65535, the
+// shares tile the range exactly; a port with more endpoints than slots
+// falls back to a constant map in its rule.
+func TestEndpointMapSlots(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 7, 10, 1000, endpointSlots} {
+		next := 0
+		for i := range n {
+			lo, hi, err := parseSlots(endpointSlot(i, n))
+			if err != nil || int(lo) != next || hi < lo {
+				t.Fatalf("n=%d: endpoint %d has %q (%v); want an interval from %d", n, i, endpointSlot(i, n), err, next)
+			}
+			if size := int(hi-lo) + 1; size < endpointSlots/n || size > endpointSlots/n+1 {
+				t.Fatalf("n=%d: endpoint %d has %d slots, want %d or %d", n, i, size, endpointSlots/n, endpointSlots/n+1)
+			}
+			next = int(hi) + 1
+		}
+		if next != endpointSlots {
+			t.Fatalf("n=%d: the slots end at %d, want %d", n, next, endpointSlots)
+		}
+	}
+
+	var opts []svcOpt
+	opts = append(opts, port("p", tcp, 80, 0, true))
+	for i := range endpointSlots + 1 {
+		opts = append(opts, ep("p", tcp, fmt.Sprintf("10.%d.%d.%d", 1+i>>16, i>>8&255, i&255), 8080, "cluster"))
+	}
+	f := newFixture(t, testConfig())
+	p := servicePart(f.b.env(ipv4, f.state), service("ns", "huge", "10.96.0.9", opts...))
+	if len(p.sets) != 0 {
+		t.Errorf("%d endpoints got an endpoint map of %d slots", endpointSlots+1, endpointSlots)
+	}
+	for _, c := range p.chains {
+		if strings.HasPrefix(c.name, clusterChainPrefix) && !strings.Contains(c.rules[0].text, fmt.Sprintf("numgen random mod %d map {", endpointSlots+1)) {
+			t.Errorf("the service chain of %d endpoints: %.120s...; want a constant map of them all", endpointSlots+1, c.rules[0].text)
+		}
 	}
 }
