@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 )
@@ -114,4 +115,39 @@ func v1alpha1PathToV1Alpha2(p string, mode ProxyMode) []string {
 		}
 	}
 	return []string{p}
+}
+
+// known returns the part of raw, a decoded document, that decoding it into
+// obj kept: without the unknown fields a lenient decoding dropped, so that
+// Set lists only fields the file really set.
+func known(raw map[string]any, obj any) map[string]any {
+	js, err := json.Marshal(obj)
+	if err != nil {
+		return raw
+	}
+	var decoded map[string]any
+	if err := json.Unmarshal(js, &decoded); err != nil {
+		return raw
+	}
+	return intersect(raw, decoded)
+}
+
+// intersect keeps the keys of raw that decoded has too, walking into
+// objects that both hold.
+func intersect(raw, decoded map[string]any) map[string]any {
+	out := make(map[string]any, len(raw))
+	for k, v := range raw {
+		d, ok := decoded[k]
+		if !ok {
+			continue
+		}
+		rm, rok := v.(map[string]any)
+		dm, dok := d.(map[string]any)
+		if rok && dok {
+			out[k] = intersect(rm, dm)
+		} else {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -63,10 +63,13 @@ type LoadOptions struct {
 // Decoding is strict: unknown fields, duplicate fields (in YAML or JSON),
 // fields spelled with the wrong case and values of the wrong type
 // ("syncPeriod: abc", "maxPerCore: x") are errors that name the field by its
-// path. The one exception is a v1alpha2 file that sets configHardFail: false,
-// which asks for warnings instead; Load then decodes leniently (a value of
-// the wrong type leaves its field at the default) and reports what it
-// ignored in Warnings.
+// path. There are two exceptions. A v1alpha1 file whose only faults are
+// unknown or duplicate fields is read leniently, as kube-proxy reads it:
+// unknown fields are dropped, the last of duplicates wins, and Warnings says
+// so (a value of the wrong type stays fatal, as in kube-proxy). A v1alpha2
+// file that sets configHardFail: false asks for warnings instead of errors;
+// Load then decodes leniently (a value of the wrong type leaves its field at
+// the default) and reports what it ignored in Warnings.
 //
 // A YAML file may hold several documents separated by "---" lines (a kubeadm
 // configuration file, say): Load uses the one whose kind is
@@ -204,9 +207,18 @@ func loadDocument(data []byte, opts LoadOptions) (*Loaded, error) {
 		if err != nil {
 			return nil, err
 		}
-		if problems = slices.Concat(problems, strict, wrong); len(problems) > 0 {
-			// v1alpha1 has no configHardFail: strictness errors are fatal.
-			return nil, strictError(problems)
+		if len(wrong) > 0 {
+			// A value its field cannot hold fails kube-proxy's lenient
+			// decoding too.
+			return nil, strictError(slices.Concat(problems, strict, wrong))
+		}
+		var lenient []string
+		if problems = append(problems, strict...); len(problems) > 0 {
+			// kube-proxy reads a v1alpha1 file whose only faults are unknown
+			// or duplicate fields leniently (the last duplicate wins, unknown
+			// fields are dropped) and logs why: so does kpng.
+			slices.Sort(problems)
+			lenient = []string{"using lenient decoding as strict decoding failed (as kube-proxy does for v1alpha1): " + strings.Join(problems, "; ")}
 		}
 		fileMode := obj.Mode
 		if opts.Mode != nil {
@@ -219,7 +231,7 @@ func loadDocument(data []byte, opts LoadOptions) (*Loaded, error) {
 			}
 			return nil, err
 		}
-		return &Loaded{Config: cfg, APIVersion: apiVersion, Set: setFromV1Alpha1(raw, ProxyMode(obj.Mode)), Warnings: warnings}, nil
+		return &Loaded{Config: cfg, APIVersion: apiVersion, Set: setFromV1Alpha1(known(raw, obj), ProxyMode(obj.Mode)), Warnings: append(lenient, warnings...)}, nil
 
 	case v1alpha2.APIVersion:
 		obj, strict, wrong, err := decodeStrict[v1alpha2.KubeProxyConfiguration](js, raw)

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -14,11 +15,10 @@ func TestLoadRejects(t *testing.T) {
 		doc     string
 		wantErr []string
 	}{
-		{name: "an unknown field is named", doc: v1alpha1Header + "iptables:\n  syncPeriods: 1s\n", wantErr: []string{"unknown field", "iptables.syncPeriods"}},
+		{name: "an unknown field is named", doc: v1alpha2Header + "iptables:\n  syncPeriods: 1s\n", wantErr: []string{"unknown field", "iptables.syncPeriods"}},
 		{name: "a v1alpha1-only field is unknown in v1alpha2", doc: v1alpha2Header + "bindAddress: 0.0.0.0\n", wantErr: []string{"unknown field", "bindAddress"}},
-		{name: "a v1alpha2-only field is unknown in v1alpha1", doc: v1alpha1Header + "configHardFail: false\n", wantErr: []string{"unknown field", "configHardFail"}},
 		{name: "a duplicate YAML key is named", doc: v1alpha2Header + "mode: iptables\nmode: ipvs\n", wantErr: []string{`duplicate field "mode" (line 4, first set on line 3)`}},
-		{name: "a nested duplicate YAML key is named by its path and lines", doc: v1alpha1Header + "conntrack:\n  min: 1\n  min: 2\n", wantErr: []string{`duplicate field "conntrack.min" (line 5, first set on line 4)`}},
+		{name: "a nested duplicate YAML key is named by its path and lines", doc: v1alpha2Header + "linux:\n  conntrack:\n    min: 1\n    min: 2\n", wantErr: []string{`duplicate field "linux.conntrack.min" (line 6, first set on line 5)`}},
 		{name: "a duplicate inside a list is named by its path", doc: v1alpha2Header + "logging:\n  vmodule:\n  - filePattern: a\n    verbosity: 1\n  - filePattern: b\n    verbosity: 2\n    verbosity: 3\n", wantErr: []string{`duplicate field "logging.vmodule[1].verbosity"`}},
 		{name: "every duplicate is named", doc: v1alpha2Header + "mode: ipvs\nlinux:\n  conntrack: {min: 1, min: 2}\nmode: nftables\n", wantErr: []string{`"linux.conntrack.min"`, `"mode"`}},
 		{name: "a duplicate JSON key is named", doc: `{"apiVersion":"kubeproxy.config.k8s.io/v1alpha2","kind":"KubeProxyConfiguration","linux":{"conntrack":{"min":1,"min":2}}}`, wantErr: []string{`duplicate field "linux.conntrack.min"`}},
@@ -36,7 +36,7 @@ func TestLoadRejects(t *testing.T) {
 		{name: "another kind is an error", doc: "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeletConfiguration\n", wantErr: []string{"kind", "KubeletConfiguration"}},
 		{name: "an empty document is an error", doc: "", wantErr: []string{"empty"}},
 		{name: "a list is not a configuration", doc: "- a\n", wantErr: []string{"object"}},
-		{name: "v1alpha1 strictness errors stay fatal", doc: v1alpha1Header + "bogus: 1\n", wantErr: []string{"bogus"}},
+		{name: "v1alpha1: a wrong value stays fatal beside unknown fields (kube-proxy's lenient decoding fails too)", doc: v1alpha1Header + "bogus: 1\nconfigSyncPeriod: abc\n", wantErr: []string{"bogus", "configSyncPeriod"}},
 		{name: "v1alpha2 with configHardFail true keeps strictness fatal", doc: v1alpha2Header + "configHardFail: true\nbogus: 1\n", wantErr: []string{"bogus"}},
 	}
 	for _, tc := range cases {
@@ -49,6 +49,107 @@ func TestLoadRejects(t *testing.T) {
 				if !strings.Contains(err.Error(), s) {
 					t.Errorf("error %q does not mention %q", err, s)
 				}
+			}
+		})
+	}
+}
+
+// TestLoadV1Alpha1IsLenientAsKubeProxy checks that a v1alpha1 file whose
+// only faults are unknown or duplicate fields loads, as kube-proxy loads it
+// (strict decoding, then lenient decoding with a log line): unknown fields
+// are dropped, the last duplicate wins, and a warning names every fault.
+func TestLoadV1Alpha1IsLenientAsKubeProxy(t *testing.T) {
+	cases := []struct {
+		name  string
+		doc   string
+		check func(c *KubeProxyConfiguration) string
+		warn  []string
+	}{
+		{name: "an unknown field is dropped", doc: v1alpha1Header + "mode: nftables\niptables:\n  syncPeriods: 1s\nbogus: 1\n",
+			check: func(c *KubeProxyConfiguration) string {
+				if c.Mode != ProxyModeNFTables {
+					return fmt.Sprintf("mode %q, want nftables", c.Mode)
+				}
+				return ""
+			},
+			warn: []string{"lenient decoding", `unknown field "iptables.syncPeriods"`, `unknown field "bogus"`}},
+		{name: "a v1alpha2-only field is unknown, so ignored", doc: v1alpha1Header + "configHardFail: false\n",
+			check: func(c *KubeProxyConfiguration) string {
+				if !c.ConfigHardFail {
+					return "configHardFail false from a v1alpha1 file was used"
+				}
+				return ""
+			},
+			warn: []string{`unknown field "configHardFail"`}},
+		{name: "the last duplicate wins", doc: v1alpha1Header + "conntrack:\n  min: 1\n  min: 2\nmode: iptables\nmode: nftables\n",
+			check: func(c *KubeProxyConfiguration) string {
+				if c.Linux.Conntrack.Min != 2 || c.Mode != ProxyModeNFTables {
+					return fmt.Sprintf("conntrack.min %d mode %q, want 2 and nftables", c.Linux.Conntrack.Min, c.Mode)
+				}
+				return ""
+			},
+			warn: []string{`duplicate field "conntrack.min" (line 5, first set on line 4)`, `duplicate field "mode"`}},
+		{name: "a field spelled with the wrong case is unknown", doc: v1alpha1Header + "Mode: nftables\n",
+			check: func(c *KubeProxyConfiguration) string {
+				if c.Mode != "" {
+					return fmt.Sprintf("mode %q from a wrongly spelled field", c.Mode)
+				}
+				return ""
+			},
+			warn: []string{`unknown field "Mode"`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := mustLoad(t, tc.doc)
+			if msg := tc.check(l.Config); msg != "" {
+				t.Error(msg)
+			}
+			joined := strings.Join(l.Warnings, "\n")
+			for _, w := range tc.warn {
+				if !strings.Contains(joined, w) {
+					t.Errorf("warnings %q do not mention %s", l.Warnings, w)
+				}
+			}
+			for _, p := range []string{"bogus", "iptables.syncPeriods", "configHardFail", "Mode"} {
+				if l.Set.Has(p) {
+					t.Errorf("Set = %q holds the unknown field %s", l.Set.List(), p)
+				}
+			}
+		})
+	}
+}
+
+// TestLoadKubeadmDefaults loads the kube-proxy configuration that kubeadm
+// 1.36 writes into its ConfigMap (hack/kubeproxyref renders it with
+// kubeadm's own code), unchanged, with and without a pod subnet: no warning
+// at all (kubeadm writes portRange empty), and kube-proxy's defaults.
+func TestLoadKubeadmDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		file        string
+		clusterCIDR []string
+	}{
+		{file: "testdata/v1alpha1/kubeadm-1.36-default.yaml"},
+		{file: "testdata/v1alpha1/kubeadm-1.36-pod-subnet.yaml", clusterCIDR: []string{"10.244.0.0/16"}},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			data, err := os.ReadFile(tc.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := mustLoad(t, string(data))
+			for _, w := range l.Warnings {
+				t.Errorf("warning: %s", w)
+			}
+			c, invalid, err := Check(l.Config)
+			if err != nil || len(invalid) > 0 {
+				t.Fatalf("Check: %v %v", err, invalid)
+			}
+			if c.ClientConnection.Kubeconfig != "/var/lib/kube-proxy/kubeconfig.conf" || !slices.Equal(c.DetectLocal.ClusterCIDRs, tc.clusterCIDR) ||
+				c.NodeIPOverride != nil || c.HealthzBindAddress != "0.0.0.0:10256" || c.MetricsBindAddress != "127.0.0.1:10249" ||
+				c.SyncPeriod != 30*time.Second || c.MinSyncPeriod != time.Second || c.ConfigSyncPeriod != 15*time.Minute ||
+				c.Linux.Conntrack.MaxPerCore != 32768 || c.Linux.Conntrack.Min != 131072 || c.Linux.OOMScoreAdj != -999 ||
+				c.IPTables.MasqueradeBit != 14 || !c.IPTables.LocalhostNodePorts || c.BindAddressHardFail || c.Mode != "" {
+				t.Errorf("not kube-proxy's defaults: %+v", c)
 			}
 		})
 	}

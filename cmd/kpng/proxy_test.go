@@ -412,7 +412,7 @@ func TestWriteConfigToGolden(t *testing.T) {
 		golden string
 		args   []string
 	}{
-		{golden: "kubeadm-nftables-flags.v1alpha2.yaml", args: []string{"--config", "../../config/testdata/v1alpha1/kubeadm-default.yaml",
+		{golden: "kubeadm-nftables-flags.v1alpha2.yaml", args: []string{"--config", "../../config/testdata/v1alpha1/kubeadm-1.36-pod-subnet.yaml",
 			"--proxy-mode", "nftables", "--masquerade-all", "--cluster-cidr", "10.244.0.0/16", "--iptables-min-sync-period", "250ms", "--hostname-override", "Node-1"}},
 		{golden: "no-file-flags.v1alpha2.yaml", args: []string{"--proxy-mode", "nftables", "--kubeconfig", "/etc/kpng/kubeconfig", "--nodeport-addresses", "primary",
 			"--conntrack-max-per-core", "0", "--metrics-bind-address", "0.0.0.0:10249"}},
