@@ -5,6 +5,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/kpng/kpng/config/v1alpha1"
 	"github.com/kpng/kpng/config/v1alpha2"
 )
 
@@ -38,4 +39,15 @@ func MarshalV1Alpha1(cfg *KubeProxyConfiguration) ([]byte, error) {
 // v1alpha2 file that sets nothing.
 func Default() *KubeProxyConfiguration {
 	return FromV1Alpha2(&v1alpha2.KubeProxyConfiguration{})
+}
+
+// DefaultV1Alpha1 returns kube-proxy's default configuration: what Load
+// returns for a v1alpha1 file that sets nothing, which is what kube-proxy
+// runs with when it is given flags and no --config.
+func DefaultV1Alpha1() (*KubeProxyConfiguration, error) {
+	l, err := Load([]byte("apiVersion: " + v1alpha1.APIVersion + "\nkind: " + v1alpha2.Kind + "\n"))
+	if err != nil {
+		return nil, fmt.Errorf("v1alpha1's defaults: %w", err)
+	}
+	return l.Config, nil
 }

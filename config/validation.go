@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
-	"k8s.io/component-base/metrics"
 	netutils "k8s.io/utils/net"
 )
 
@@ -69,9 +68,7 @@ func ValidateFor(cfg *KubeProxyConfiguration, goos string) field.ErrorList {
 	}
 	errs = append(errs, validateHostPort(cfg.MetricsBindAddress, field.NewPath("metricsBindAddress"))...)
 	errs = append(errs, validateNodePortAddresses(cfg.NodePortAddresses, field.NewPath("nodePortAddresses"))...)
-	for _, err := range metrics.ValidateShowHiddenMetricsVersion(cfg.ShowHiddenMetricsForVersion) {
-		errs = append(errs, field.Invalid(field.NewPath("showHiddenMetricsForVersion"), cfg.ShowHiddenMetricsForVersion, err.Error()))
-	}
+	errs = append(errs, validateShowHiddenMetricsForVersion(cfg.ShowHiddenMetricsForVersion, field.NewPath("showHiddenMetricsForVersion"))...)
 	errs = append(errs, validateDetectLocal(cfg.DetectLocalMode, &cfg.DetectLocal)...)
 	errs = append(errs, validateLogging(cfg)...)
 	return errs
@@ -320,4 +317,26 @@ func validateLogging(cfg *KubeProxyConfiguration) field.ErrorList {
 		errs = append(errs, field.Invalid(field.NewPath("featureGates"), cfg.FeatureGates, err.Error()))
 	}
 	return append(errs, logsapi.Validate(&cfg.Logging, gate, field.NewPath("logging"))...)
+}
+
+// KubernetesMinor is the Kubernetes release whose kube-proxy kpng stands in
+// for (its configuration, flags and metrics): the minor version of the
+// k8s.io/kube-proxy module kpng is built with.
+const KubernetesMinor = "1.36"
+
+// validateShowHiddenMetricsForVersion is kube-proxy's rule: empty, or the
+// minor release before kube-proxy's own. kube-proxy compares with its
+// binary's version; kpng's binary carries kpng's own version, so the
+// comparison is with the kube-proxy release kpng stands in for.
+func validateShowHiddenMetricsForVersion(v string, path *field.Path) field.ErrorList {
+	if v == "" {
+		return nil
+	}
+	major, minor, _ := strings.Cut(KubernetesMinor, ".")
+	m, _ := strconv.Atoi(minor)
+	previous := major + "." + strconv.Itoa(m-1)
+	if v != previous {
+		return field.ErrorList{field.Invalid(path, v, fmt.Sprintf("must be omitted or have the value %q; only the previous minor version (of kube-proxy %s, which kpng stands in for) is allowed", previous, KubernetesMinor))}
+	}
+	return nil
 }

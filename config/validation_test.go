@@ -1,9 +1,13 @@
 package config
 
 import (
+	"os"
+	"regexp"
 	"slices"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 func TestValidate(t *testing.T) {
@@ -119,5 +123,32 @@ func TestValidate(t *testing.T) {
 func TestValidateNil(t *testing.T) {
 	if errs := Validate(nil); len(errs) == 0 {
 		t.Error("a nil configuration validated")
+	}
+}
+
+// TestKubernetesMinorIsTheModules keeps KubernetesMinor on the version of
+// k8s.io/kube-proxy in go.mod (v0.X.Y is Kubernetes 1.X).
+func TestKubernetesMinorIsTheModules(t *testing.T) {
+	data, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s*k8s\.io/kube-proxy v0\.(\d+)\.`).FindSubmatch(data)
+	if m == nil {
+		t.Fatal("go.mod requires no k8s.io/kube-proxy")
+	}
+	if want := "1." + string(m[1]); KubernetesMinor != want {
+		t.Errorf("KubernetesMinor = %s, go.mod's k8s.io/kube-proxy is %s", KubernetesMinor, want)
+	}
+}
+
+// TestShowHiddenMetricsForVersion: as kube-proxy 1.36, only "1.35" (or
+// nothing) is accepted.
+func TestShowHiddenMetricsForVersion(t *testing.T) {
+	for v, ok := range map[string]bool{"": true, "1.35": true, "1.34": false, "1.36": false, "x": false} {
+		errs := validateShowHiddenMetricsForVersion(v, field.NewPath("showHiddenMetricsForVersion"))
+		if (len(errs) == 0) != ok {
+			t.Errorf("%q: errors %v, want ok=%t", v, errs, ok)
+		}
 	}
 }

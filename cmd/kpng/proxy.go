@@ -89,7 +89,11 @@ func proxyCommand(deps proxyDeps) *cobra.Command {
 // resolveConfig reads the file (if any), applies the flags given, then
 // validates the result and honours configHardFail. Warnings are for the log.
 func resolveConfig(fs *pflag.FlagSet, flags *proxyFlags) (*config.KubeProxyConfiguration, []string, error) {
-	c := config.Default()
+	// Without a file, kube-proxy's own (v1alpha1) defaults, as kube-proxy.
+	c, err := config.DefaultV1Alpha1()
+	if err != nil {
+		return nil, nil, err
+	}
 	var warnings []string
 	if flags.configFile != "" {
 		data, err := os.ReadFile(flags.configFile)
@@ -109,9 +113,16 @@ func resolveConfig(fs *pflag.FlagSet, flags *proxyFlags) (*config.KubeProxyConfi
 		}
 		c, warnings = loaded.Config, loaded.Warnings
 	}
-	if _, err := flags.apply(fs, c); err != nil {
+	applied, err := flags.apply(fs, c)
+	if err != nil {
 		return nil, nil, err
 	}
+	if ignored := ignoredByKubeProxy(applied); flags.configFile != "" && len(ignored) > 0 {
+		warnings = append(warnings, fmt.Sprintf("%s override %s in kpng; kube-proxy would ignore them, as it ignores every flag but --hostname-override and the logging flags when --config is given",
+			strings.Join(ignored, ", "), flags.configFile))
+	}
+	warnings = append(warnings, flags.deprecatedPorts(fs, c)...)
+	warnings = append(warnings, unusedFlags(fs, applied)...)
 	checked, invalid, err := config.Check(c)
 	if err != nil {
 		if flags.configFile != "" {
@@ -122,6 +133,14 @@ func resolveConfig(fs *pflag.FlagSet, flags *proxyFlags) (*config.KubeProxyConfi
 	for _, e := range invalid {
 		warnings = append(warnings, "reset to its default (configHardFail is false): "+e.Error())
 	}
+	checked, unsupported, err := unsupportedFields(checked)
+	if err != nil {
+		if flags.configFile != "" {
+			err = fmt.Errorf("%s: %w", flags.configFile, err)
+		}
+		return nil, nil, err
+	}
+	warnings = append(warnings, unsupported...)
 	// The file's name is normalised as the flag's is (Check has refused a
 	// blank one), so that the node, /configz and --write-config-to agree.
 	checked.HostnameOverride = normalizeHostname(checked.HostnameOverride)
@@ -219,7 +238,7 @@ func runProxy(ctx context.Context, fs *pflag.FlagSet, flags *proxyFlags, deps pr
 		},
 		func(ctx context.Context, drive func(context.Context, backend.Feed) error) error {
 			return run(ctx, src, stageFunc(func(ctx context.Context, store *cluster.Store) error {
-				return drive(ctx, backend.NewLocalFeed(store, brain.Options{NodeName: node}))
+				return drive(ctx, withNodeIPOverride(backend.NewLocalFeed(store, brain.Options{NodeName: node}), c.NodeIPOverride))
 			}))
 		})
 	cancel()

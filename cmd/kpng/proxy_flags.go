@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"time"
@@ -27,6 +28,13 @@ type proxyFlags struct {
 
 	fromFlags *config.KubeProxyConfiguration
 	fields    []fieldFlag
+	// err is why kube-proxy's defaults could not be made (a bug).
+	err error
+
+	// kube-proxy's deprecated port flags (see deprecatedPorts).
+	healthzPort, metricsPort int32
+	// Flags that kube-proxy's binary takes from cadvisor and ignores.
+	bootIDFile, machineIDFile string
 
 	// Flags that need translating to their v1alpha2 place.
 	clusterCIDR                               string
@@ -59,8 +67,13 @@ func bindField[T any](f *proxyFlags, name string, field func(*cfg) *T, define fu
 
 // addProxyFlags registers kube-proxy's flags on fs and returns them.
 func addProxyFlags(fs *pflag.FlagSet) *proxyFlags {
-	f := &proxyFlags{fromFlags: config.Default()}
-	d := f.fromFlags
+	// Without --config, kube-proxy runs with v1alpha1's defaults: so do
+	// the flags.
+	d, err := config.DefaultV1Alpha1()
+	if err != nil {
+		d = config.Default()
+	}
+	f := &proxyFlags{fromFlags: d, err: err}
 
 	fs.StringVar(&f.configFile, "config", "", "the KubeProxyConfiguration file to read (kubeproxy.config.k8s.io/v1alpha1 or v1alpha2); flags given explicitly override it")
 	fs.StringVar(&f.writeConfigTo, "write-config-to", "", "write the configuration (the file, defaults and flags resolved) to this file as v1alpha2, then exit")
@@ -109,7 +122,7 @@ func addProxyFlags(fs *pflag.FlagSet) *proxyFlags {
 		c.HostnameOverride = name
 		return nil
 	}})
-	fs.StringVar(&f.bindAddress, "bind-address", "", "this node's primary IP (sets nodeIPOverride; 0.0.0.0 or :: mean detect it)")
+	fs.StringVar(&f.bindAddress, "bind-address", "0.0.0.0", "this node's primary IP (sets nodeIPOverride; 0.0.0.0 or :: mean detect it)")
 	f.fields = append(f.fields, fieldFlag{name: "bind-address", apply: func(c *cfg) error {
 		ip, err := netip.ParseAddr(f.bindAddress)
 		if err != nil {
@@ -238,6 +251,17 @@ func addProxyFlags(fs *pflag.FlagSet) *proxyFlags {
 		fs.DurationVar(p, "config-sync-period", *p, "how often the informers re-list from the API server; > 0")
 	})
 
+	// kube-proxy's deprecated port flags, with its defaults and messages.
+	fs.Int32Var(&f.healthzPort, "healthz-port", kubeProxyHealthzPort, "The port to bind the health check server. Use 0 to disable.")
+	_ = fs.MarkDeprecated("healthz-port", "This flag is deprecated and will be removed in a future release. Please use --healthz-bind-address instead.")
+	fs.Int32Var(&f.metricsPort, "metrics-port", kubeProxyMetricsPort, "The port to bind the metrics server. Use 0 to disable.")
+	_ = fs.MarkDeprecated("metrics-port", "This flag is deprecated and will be removed in a future release. Please use --metrics-bind-address instead.")
+	// cadvisor registers these in Go's global flag set, which kube-proxy's
+	// command takes in; kube-proxy never reads them. Accepted, so that a
+	// kube-proxy command line works, and said to do nothing when given.
+	fs.StringVar(&f.bootIDFile, "boot-id-file", "/proc/sys/kernel/random/boot_id", "Ignored, as in kube-proxy (whose binary registers it for cadvisor).")
+	fs.StringVar(&f.machineIDFile, "machine-id-file", "/etc/machine-id,/var/lib/dbus/machine-id", "Ignored, as in kube-proxy (whose binary registers it for cadvisor).")
+
 	// Logging flags, except -v and --vmodule, which the root command
 	// already has (klog's); applyLoggingFlags copies all of them.
 	var logFlags pflag.FlagSet
@@ -253,6 +277,9 @@ func addProxyFlags(fs *pflag.FlagSet) *proxyFlags {
 // apply copies every flag given on the command line (fs) into c, kube-proxy
 // style: flags override the file. It returns the names of the flags applied.
 func (f *proxyFlags) apply(fs *pflag.FlagSet, c *cfg) ([]string, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
 	var applied []string
 	// --proxy-mode first: the per-mode sync period flags depend on it.
 	ordered := make([]fieldFlag, 0, len(f.fields))
@@ -303,4 +330,70 @@ func applyLoggingFlags(from *pflag.FlagSet, to *logsapi.LoggingConfiguration) er
 	})
 	to.VModule = append(to.VModule, vmodule...)
 	return err
+}
+
+// kube-proxy's default ports (k8s.io/kubernetes/pkg/cluster/ports).
+const (
+	kubeProxyHealthzPort = 10256
+	kubeProxyMetricsPort = 10249
+)
+
+// deprecatedPorts applies --healthz-port and --metrics-port as kube-proxy
+// does: without --config and --write-config-to, a port of 0 turns its server
+// off and another port completes a bind address given as a bare IP; an
+// address with a port keeps it. kube-proxy ignores them otherwise, as kpng
+// does, but kpng says so, and says when a port changes nothing.
+func (f *proxyFlags) deprecatedPorts(fs *pflag.FlagSet, c *cfg) (warnings []string) {
+	for _, p := range []struct {
+		flag, field string
+		port        int32
+		addr        *string
+	}{
+		{"healthz-port", "healthzBindAddress", f.healthzPort, &c.HealthzBindAddress},
+		{"metrics-port", "metricsBindAddress", f.metricsPort, &c.MetricsBindAddress},
+	} {
+		if f.configFile != "" || f.writeConfigTo != "" {
+			if fs.Changed(p.flag) {
+				warnings = append(warnings, fmt.Sprintf("--%s=%d is ignored with --config or --write-config-to, as kube-proxy ignores it: set %s instead", p.flag, p.port, p.field))
+			}
+			continue
+		}
+		before := *p.addr
+		*p.addr = addressWithPort(*p.addr, p.port)
+		if fs.Changed(p.flag) && before == *p.addr {
+			warnings = append(warnings, fmt.Sprintf("--%s=%d changes nothing, as in kube-proxy: %s %q has a port already", p.flag, p.port, p.field, before))
+		}
+	}
+	return warnings
+}
+
+// addressWithPort is kube-proxy's addressFromDeprecatedFlags: port 0 means
+// no server; a bare IP gets the port; anything else is left for validation.
+func addressWithPort(addr string, port int32) string {
+	if port == 0 {
+		return ""
+	}
+	if _, _, err := net.SplitHostPort(addr); err == nil {
+		return addr
+	}
+	ip, err := netip.ParseAddr(addr)
+	if err != nil {
+		return addr
+	}
+	return netip.AddrPortFrom(ip, uint16(port)).String()
+}
+
+// ignoredByKubeProxy lists the flags of applied that kube-proxy ignores
+// when --config is given (all but --hostname-override and the logging
+// flags, which are not in applied): kpng applies them over the file, and
+// says so, so that a command line moved from kube-proxy does not change
+// behaviour unnoticed.
+func ignoredByKubeProxy(applied []string) []string {
+	var out []string
+	for _, name := range applied {
+		if name != "hostname-override" {
+			out = append(out, "--"+name)
+		}
+	}
+	return out
 }

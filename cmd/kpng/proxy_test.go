@@ -45,6 +45,7 @@ func testRoot(deps proxyDeps) *cobra.Command {
 	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("v"))
 	root.PersistentFlags().AddGoFlag(klogFlags.Lookup("vmodule"))
 	addProxyCommands(root, deps)
+	kubeProxyCommandLine(root)
 	return root
 }
 
@@ -284,9 +285,18 @@ func TestProxyHostnameOverrideFromTheFile(t *testing.T) {
 	})
 }
 
-func TestProxyWithoutConfigUsesV1Alpha2DefaultsAndFlags(t *testing.T) {
+// TestProxyWithoutConfigUsesKubeProxyDefaultsAndFlags: without --config,
+// kube-proxy runs with v1alpha1's defaults (bindAddressHardFail false,
+// iptables.localhostNodePorts true, ...), and so does kpng.
+func TestProxyWithoutConfigUsesKubeProxyDefaultsAndFlags(t *testing.T) {
 	c := resolved(t, "proxy", "--proxy-mode", "nftables", "--kubeconfig", "/k")
-	want := config.Default()
+	want, err := config.DefaultV1Alpha1()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want.BindAddressHardFail || !want.IPTables.LocalhostNodePorts {
+		t.Errorf("not v1alpha1's defaults: bindAddressHardFail %t, localhostNodePorts %t", want.BindAddressHardFail, want.IPTables.LocalhostNodePorts)
+	}
 	want.Mode, want.ClientConnection.Kubeconfig = config.ProxyModeNFTables, "/k"
 	if !equality.Semantic.DeepEqual(c, want) {
 		t.Errorf("got %+v\nwant %+v", c, want)

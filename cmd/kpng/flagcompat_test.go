@@ -1,0 +1,276 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/equality"
+	cliflag "k8s.io/component-base/cli/flag"
+)
+
+// kubeProxyFlag is a flag of kube-proxy, as hack/kubeproxyref writes them
+// into testdata/kube-proxy-flags.json from kube-proxy's own registration.
+type kubeProxyFlag struct {
+	Name        string `json:"name"`
+	Shorthand   string `json:"shorthand"`
+	Type        string `json:"type"`
+	Default     string `json:"default"`
+	NoOptDefVal string `json:"noOptDefVal"`
+	Deprecated  string `json:"deprecated"`
+	Hidden      bool   `json:"hidden"`
+}
+
+func kubeProxyFlags(t *testing.T) []kubeProxyFlag {
+	t.Helper()
+	data, err := os.ReadFile("testdata/kube-proxy-flags.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref struct {
+		Kubernetes string          `json:"kubernetes"`
+		Flags      []kubeProxyFlag `json:"flags"`
+	}
+	if err := json.Unmarshal(data, &ref); err != nil {
+		t.Fatal(err)
+	}
+	if len(ref.Flags) < 50 || !strings.HasPrefix(ref.Kubernetes, "v1.36.") {
+		t.Fatalf("testdata/kube-proxy-flags.json: %d flags of Kubernetes %s, want kube-proxy 1.36's", len(ref.Flags), ref.Kubernetes)
+	}
+	return ref.Flags
+}
+
+// defaultDifferences are the flags whose default, as --help shows it,
+// differs from kube-proxy's, and why.
+var defaultDifferences = map[string]string{}
+
+// TestProxyTakesEveryKubeProxyFlag compares the flags of `kpng proxy` and
+// of bare `kpng` (which takes the same, as kube-proxy's command line) with
+// kube-proxy 1.36's: each exists, with the same shorthand, the same
+// deprecation, the same way of being given without a value, and the same
+// default.
+func TestProxyTakesEveryKubeProxyFlag(t *testing.T) {
+	ref := kubeProxyFlags(t)
+	for _, path := range [][]string{{"proxy"}, {}} {
+		root := newRootCommand()
+		cmd, _, err := root.Find(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.InitDefaultHelpFlag()
+		_ = cmd.LocalFlags() // merges the persistent and global flags, as parsing does
+		fs := cmd.Flags()
+		name := strings.Join(append([]string{"kpng"}, path...), " ")
+		for _, want := range ref {
+			got := fs.Lookup(want.Name)
+			if got == nil {
+				t.Errorf("%s has no --%s (kube-proxy: %s)", name, want.Name, want.Type)
+				continue
+			}
+			if got.Shorthand != want.Shorthand {
+				t.Errorf("%s --%s: shorthand %q, kube-proxy's %q", name, want.Name, got.Shorthand, want.Shorthand)
+			}
+			if (got.Deprecated != "") != (want.Deprecated != "") {
+				t.Errorf("%s --%s: deprecated %q, kube-proxy's %q", name, want.Name, got.Deprecated, want.Deprecated)
+			}
+			if got.NoOptDefVal != want.NoOptDefVal {
+				t.Errorf("%s --%s: value when given alone %q, kube-proxy's %q", name, want.Name, got.NoOptDefVal, want.NoOptDefVal)
+			}
+			if why, ok := defaultDifferences[want.Name]; !ok && got.DefValue != want.Default {
+				t.Errorf("%s --%s: default %q, kube-proxy's %q", name, want.Name, got.DefValue, want.Default)
+			} else if ok && got.DefValue == want.Default {
+				t.Errorf("%s --%s: default %q is kube-proxy's now: drop it from defaultDifferences (%s)", name, want.Name, got.DefValue, why)
+			}
+		}
+		var extra []string
+		fs.VisitAll(func(f *pflag.Flag) {
+			if !slices.ContainsFunc(ref, func(r kubeProxyFlag) bool { return r.Name == f.Name }) {
+				extra = append(extra, f.Name)
+			}
+		})
+		t.Logf("%s: flags kube-proxy does not have: %v", name, extra)
+	}
+}
+
+// proxyArgs parses args as `kpng proxy` does and resolves the configuration.
+func proxyArgs(t *testing.T, args ...string) (*cfg, []string, error) {
+	t.Helper()
+	fs := pflag.NewFlagSet("proxy", pflag.ContinueOnError)
+	flags := addProxyFlags(fs)
+	fs.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, err
+	}
+	return resolveConfig(fs, flags)
+}
+
+// TestNoKubeProxyFlagIsSilentlyIgnored gives each of kube-proxy's flags
+// that sets the configuration a value other than its default, alone: the
+// configuration kpng resolves must differ from the one without the flag,
+// or a warning or an error must name the flag. Flags that act on the
+// process rather than the configuration are tested on their own.
+func TestNoKubeProxyFlagIsSilentlyIgnored(t *testing.T) {
+	process := map[string]string{
+		"config": "TestProxyFlagsOverrideTheFile", "write-config-to": "TestWriteConfigToGolden", "cleanup": "TestProxyCleanup",
+		"init-only": "the e2e tests", "master": "TestMasterFlag", "help": "cobra", "version": "TestVersion",
+		"v": "TestProxyFlagsOverrideTheFile", "vmodule": "TestProxyFlagsOverrideTheFile",
+	}
+	values := map[string]string{
+		"bind-address": "192.0.2.7", "cluster-cidr": "10.0.0.0/8", "detect-local-mode": "NodeCIDR", "proxy-mode": "nftables",
+		"feature-gates": "SomeGate=true", "healthz-bind-address": "127.0.0.1:7", "metrics-bind-address": "127.0.0.1:7",
+		"healthz-port": "0", "metrics-port": "0", "nodeport-addresses": "10.0.0.0/8", "ipvs-exclude-cidrs": "10.0.0.0/8",
+		"show-hidden-metrics-for-version": "1.35", "logging-format": "json", "log-json-info-buffer-size": "1Mi",
+		"log-text-info-buffer-size": "1Mi", "iptables-masquerade-bit": "7", "oom-score-adj": "7",
+	}
+	byType := map[string]string{"duration": "7s", "int32": "7", "float32": "7", "string": "x"}
+	base, _, err := proxyArgs(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range kubeProxyFlags(t) {
+		if _, ok := process[f.Name]; ok {
+			continue
+		}
+		value, ok := values[f.Name]
+		if !ok {
+			value, ok = byType[f.Type]
+		}
+		if f.Type == "bool" {
+			value, ok = map[string]string{"true": "false", "false": "true"}[f.Default], true
+		}
+		if !ok {
+			t.Errorf("--%s (%s): no test value", f.Name, f.Type)
+			continue
+		}
+		t.Run(f.Name, func(t *testing.T) {
+			c, warnings, err := proxyArgs(t, "--"+f.Name+"="+value)
+			switch {
+			case err != nil:
+				// Refused, by kpng as by kube-proxy (the logging alpha
+				// options need their feature gate; metricsBindAddress
+				// cannot be empty): not silent.
+				t.Logf("--%s=%s: %v", f.Name, value, err)
+			case slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, "--"+f.Name) }):
+			case equality.Semantic.DeepEqual(c, base):
+				t.Errorf("--%s=%s changes nothing and says nothing (warnings: %q)", f.Name, value, warnings)
+			}
+		})
+	}
+}
+
+// TestKubeProxyFlagSpellings: kube-proxy's command line takes "_" for "-"
+// in flag names (component-base's word-separator normalizer), and so do
+// both of kpng's.
+func TestKubeProxyFlagSpellings(t *testing.T) {
+	for _, path := range [][]string{{"proxy"}, {}} {
+		args := append(slices.Clone(path), "--cluster_cidr=10.1.0.0/16", "--proxy_mode", "nftables", "--conntrack_max_per_core=0")
+		c := resolved(t, args...)
+		if !slices.Equal(c.DetectLocal.ClusterCIDRs, []string{"10.1.0.0/16"}) || c.Mode != "nftables" || c.Linux.Conntrack.MaxPerCore != 0 {
+			t.Errorf("kpng %q: clusterCIDRs %v, mode %q, maxPerCore %d", args, c.DetectLocal.ClusterCIDRs, c.Mode, c.Linux.Conntrack.MaxPerCore)
+		}
+	}
+}
+
+// TestDeprecatedPortFlags: --healthz-port and --metrics-port do as in
+// kube-proxy without a file (0 turns the server off; a port completes a
+// bare IP; an address with a port keeps it, with a warning), and are
+// ignored with a warning when a file is given, as kube-proxy ignores them.
+func TestDeprecatedPortFlags(t *testing.T) {
+	c, _, err := proxyArgs(t, "--healthz-port=0", "--metrics-bind-address=127.0.0.2", "--metrics-port=10300")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HealthzBindAddress != "" || c.MetricsBindAddress != "127.0.0.2:10300" {
+		t.Errorf("healthz %q, metrics %q; want none and 127.0.0.2:10300", c.HealthzBindAddress, c.MetricsBindAddress)
+	}
+	c, warnings, err := proxyArgs(t, "--healthz-bind-address=::1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HealthzBindAddress != "[::1]:10256" || len(warnings) != 0 {
+		t.Errorf("healthz %q (warnings %q), want [::1]:10256: the default port completes a bare IP", c.HealthzBindAddress, warnings)
+	}
+	c, warnings, err = proxyArgs(t, "--healthz-port=12345")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HealthzBindAddress != "0.0.0.0:10256" || !slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, "--healthz-port=12345 changes nothing") }) {
+		t.Errorf("healthz %q, warnings %q", c.HealthzBindAddress, warnings)
+	}
+	file := writeFile(t, "kp.yaml", v1alpha1Header)
+	c, warnings, err = proxyArgs(t, "--config", file, "--healthz-port=0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HealthzBindAddress != "0.0.0.0:10256" || !slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, "--healthz-port=0 is ignored with --config") }) {
+		t.Errorf("healthz %q, warnings %q", c.HealthzBindAddress, warnings)
+	}
+}
+
+// TestFlagsOverTheFileAreSaid: kpng applies flags given with --config over
+// the file, where kube-proxy ignores them; it says so, naming them, except
+// for --hostname-override and the logging flags, which kube-proxy applies.
+func TestFlagsOverTheFileAreSaid(t *testing.T) {
+	file := writeFile(t, "kp.yaml", v1alpha1Header)
+	_, warnings, err := proxyArgs(t, "--config", file, "--proxy-mode=nftables", "--masquerade-all", "--hostname-override=n", "-v=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := strings.Join(warnings, "\n")
+	if !strings.Contains(joined, "--masquerade-all, --proxy-mode override") && !strings.Contains(joined, "--proxy-mode, --masquerade-all override") {
+		t.Errorf("warnings %q do not name --proxy-mode and --masquerade-all", warnings)
+	}
+	if strings.Contains(joined, "--hostname-override,") || strings.Contains(joined, "--v") {
+		t.Errorf("warnings %q name a flag kube-proxy applies too", warnings)
+	}
+}
+
+// TestUnusedSettingsAreSaid: configSyncPeriod other than its default, and
+// ipFamilyPolicy, which kpng does not implement: a warning for the first,
+// an error for the second unless configHardFail is false.
+func TestUnusedSettingsAreSaid(t *testing.T) {
+	file := writeFile(t, "kp.yaml", v1alpha2Header+"configSyncPeriod: 1m\n")
+	_, warnings, err := proxyArgs(t, "--config", file)
+	if err != nil || !slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, "configSyncPeriod=1m0s has no effect in kpng") }) {
+		t.Errorf("configSyncPeriod: err %v, warnings %q", err, warnings)
+	}
+	file = writeFile(t, "kp.yaml", v1alpha2Header+"ipFamilyPolicy: SingleStack\n")
+	if _, _, err := proxyArgs(t, "--config", file); err == nil || !strings.Contains(err.Error(), `ipFamilyPolicy="SingleStack" is not implemented`) {
+		t.Errorf("ipFamilyPolicy with configHardFail: err %v", err)
+	}
+	file = writeFile(t, "kp.yaml", v1alpha2Header+"ipFamilyPolicy: SingleStack\nconfigHardFail: false\n")
+	c, warnings, err := proxyArgs(t, "--config", file)
+	if err != nil || c.IPFamilyPolicy != "" || !slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, "ipFamilyPolicy") }) {
+		t.Errorf("ipFamilyPolicy without configHardFail: err %v, policy %q, warnings %q", err, c.IPFamilyPolicy, warnings)
+	}
+}
+
+// TestOverrideAddresses: nodeIPOverride becomes the first address of its
+// family, the Node's others follow without duplicates.
+func TestOverrideAddresses(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		addrs    []string
+		override []string
+		want     []string
+	}{
+		{"IPv4 over the Node's", []string{"10.0.0.1", "fd00::1", "10.0.0.2"}, []string{"10.0.0.2"}, []string{"10.0.0.2", "10.0.0.1", "fd00::1"}},
+		{"IPv6 only", []string{"10.0.0.1", "fd00::1"}, []string{"fd00::9"}, []string{"fd00::9", "10.0.0.1", "fd00::1"}},
+		{"both families", []string{"10.0.0.1"}, []string{"192.0.2.1", "2001:db8::1"}, []string{"192.0.2.1", "2001:db8::1", "10.0.0.1"}},
+		{"unspecified is no override", []string{"10.0.0.1"}, []string{"0.0.0.0"}, []string{"10.0.0.1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			feed := withNodeIPOverride(nil, tc.override)
+			got := tc.addrs
+			if f, ok := feed.(*nodeIPFeed); ok {
+				got = overrideAddresses(tc.addrs, f.override)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
