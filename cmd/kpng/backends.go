@@ -83,6 +83,9 @@ func backendCommands(nodeName func() string, runFeed feedRunner) []*cobra.Comman
 // driver's options after the plugin's own (kpng proxy sets the sync periods
 // of its configuration). The to-<name> commands and kpng proxy share it.
 func runBackend(ctx context.Context, name string, plugin backend.Plugin, node string, tune func(*backend.Options), runFeed feedRunner) error {
+	if err := checkNetAdmin(name); err != nil {
+		return err
+	}
 	b, err := plugin.Open(ctx, backend.Env{NodeName: node})
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
