@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -23,9 +22,6 @@ import (
 	"github.com/kpng/kpng/proxyutil/metrics"
 	"github.com/kpng/kpng/source/kube"
 )
-
-// configzGroup is the key of /configz's answer, as kube-proxy's.
-const configzGroup = "kubeproxy.config.k8s.io"
 
 // proxyDeps are the parts of kpng proxy that tests replace.
 type proxyDeps struct {
@@ -277,18 +273,15 @@ func setupHost(ctx context.Context, c *config.KubeProxyConfiguration) error {
 	if err := logsapi.ValidateAndApply(&c.Logging, gate); err != nil {
 		return fmt.Errorf("logging: %w", err)
 	}
+	// kubernetes_feature_enabled, as kube-proxy exports it for its gates
+	// (kpng's are component-base's logging gates).
+	gate.AddMetrics()
 	h := realHost()
 	h.applyOOMScoreAdj(ctx, c.Linux.OOMScoreAdj)
 	if err := h.applyConntrack(ctx, c.Linux.Conntrack); err != nil {
 		return fmt.Errorf("conntrack sysctls: %w", err)
 	}
 	return nil
-}
-
-// configzBody is /configz's answer: the running configuration as v1alpha2
-// under kube-proxy's key.
-func configzBody(c *config.KubeProxyConfiguration) ([]byte, error) {
-	return json.Marshal(map[string]any{configzGroup: config.ToV1Alpha2(c)})
 }
 
 // serveMetrics runs the metrics server (/metrics, /healthz, /proxyMode,

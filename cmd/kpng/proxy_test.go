@@ -693,7 +693,7 @@ metricsBindAddress: `+metricsAddr+"\n")
 		t.Fatalf("kpng proxy ended before syncing: %v", err)
 	}
 
-	// /configz answers while the proxy runs.
+	// /configz answers while the proxy runs, in kube-proxy's shape (v1alpha1).
 	resp, err := http.Get("http://" + metricsAddr + "/configz")
 	if err != nil {
 		t.Fatalf("GET /configz: %v", err)
@@ -708,7 +708,7 @@ metricsBindAddress: `+metricsAddr+"\n")
 	if err != nil {
 		t.Fatalf("/configz does not hold a configuration: %v\n%s", err, body)
 	}
-	if served.APIVersion != "kubeproxy.config.k8s.io/v1alpha2" || served.Config.Mode != config.ProxyModeNFTables || served.Config.SyncPeriod != 45*time.Second {
+	if served.APIVersion != "kubeproxy.config.k8s.io/v1alpha1" || served.Config.Mode != config.ProxyModeNFTables || served.Config.SyncPeriod != 45*time.Second {
 		t.Errorf("/configz served %s", body)
 	}
 

@@ -211,14 +211,14 @@ func TestV1Alpha1AndMigratedV1Alpha2ProgramTheSameRules(t *testing.T) {
 	}
 
 	// Both runs of a pair report the same configuration on /configz,
-	// under kube-proxy's key, as v1alpha2.
+	// under kube-proxy's key, as v1alpha1 (kube-proxy's shape).
 	for i := 0; i < len(runs); i += 2 {
 		cz1, cz2 := configz(t, runs[i].node), configz(t, runs[i+1].node)
 		if cz1 != cz2 {
 			t.Errorf("/configz differs:\n%s: %s\n%s: %s", runs[i].name, cz1, runs[i+1].name, cz2)
 		}
 		var body map[string]map[string]any
-		if err := json.Unmarshal([]byte(cz1), &body); err != nil || body["kubeproxy.config.k8s.io"]["apiVersion"] != "kubeproxy.config.k8s.io/v1alpha2" {
+		if err := json.Unmarshal([]byte(cz1), &body); err != nil || body["kubeproxy.config.k8s.io"]["apiVersion"] != "kubeproxy.config.k8s.io/v1alpha1" {
 			t.Errorf("%s: /configz = %s (%v)", runs[i].name, cz1, err)
 		}
 	}
