@@ -124,6 +124,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 	g := grpc.NewServer(append([]grpc.ServerOption{enforce}, opts...)...)
 	localv1.RegisterWatchServer(g, localService{s: s})
 	globalv1.RegisterWatchServer(g, globalService{s: s})
+	s.serveHealth(ctx, g)
 	done := make(chan error, 1)
 	go func() { done <- g.Serve(lis) }()
 	klog.FromContext(ctx).Info("Serving the localv1 and globalv1 Watch APIs", "address", lis.Addr().String())
