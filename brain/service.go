@@ -8,6 +8,7 @@
 package brain
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -21,8 +22,11 @@ type Options struct {
 	// NodeName is this node; endpoints whose nodeName equals it are local.
 	NodeName string
 	// ServiceProxyName: Services labelled service.kubernetes.io/service-proxy-name
-	// are proxied only when the label's value equals this. Services without
-	// the label are always proxied, as kube-proxy does.
+	// are proxied only when this is set and the label's value equals it.
+	// Services without the label are always proxied. Empty (kube-proxy's
+	// only mode) proxies exactly the Services without the label, whatever
+	// its value: kube-proxy selects "label does not exist", so a label with
+	// an empty value is another proxy's too.
 	ServiceProxyName string
 }
 
@@ -51,10 +55,8 @@ func Skipped(svc *globalv1.Service, opts Options) string {
 		return "type ExternalName"
 	case len(svc.ClusterIps) == 0 || svc.ClusterIps[0] == "" || svc.ClusterIps[0] == "None":
 		return "no cluster IP (headless)"
-	case svc.HeadlessLabel:
-		return "labelled " + "service.kubernetes.io/headless"
-	case svc.ServiceProxyName != nil && *svc.ServiceProxyName != opts.ServiceProxyName:
-		return "served by proxy " + *svc.ServiceProxyName
+	case svc.ServiceProxyName != nil && (opts.ServiceProxyName == "" || *svc.ServiceProxyName != opts.ServiceProxyName):
+		return fmt.Sprintf("served by proxy %q", *svc.ServiceProxyName)
 	}
 	return ""
 }
@@ -188,10 +190,12 @@ type portKey struct {
 
 // mergeSlices merges a Service's EndpointSlices of one family into one
 // endpoint list per (port name, protocol), keyed as upstream by ip:port.
-// When the same ip:port appears twice (an endpoint moving between slices, or
-// a pod IP reused before the old pod is gone), a non-terminating entry wins;
-// among equals the slice whose name sorts first wins, so the result does not
-// depend on event order (upstream leaves that case to map order).
+// When the same ip:port appears twice (an endpoint moving between slices, a
+// pod IP reused before the old pod is gone, or one slice listing an address
+// twice), a non-terminating entry wins; among equals the slice whose name
+// sorts first wins, and within one slice the entry listed first, so the
+// result depends on neither event order nor map order (upstream leaves
+// this case undefined: its result follows map iteration).
 func mergeSlices(eps []*globalv1.EndpointSlice, family localv1.IPFamily, node Node) map[portKey][]endpoint {
 	addrType := globalv1.AddressType_IPV4
 	if family == localv1.IPFamily_IPV6 {

@@ -166,8 +166,13 @@ func TestServiceView(t *testing.T) {
 			want:   []string{"IPV4 http/TCP has: 10.0.0.1:8080 C"},
 		},
 		{
-			name: "services labelled headless are not proxied",
-			svc:  svc(func(s *globalv1.Service) { s.HeadlessLabel = true }),
+			name: "services labelled with an empty service-proxy-name are another proxy's (kube-proxy selects label absent)",
+			svc:  svc(proxyName("")),
+		},
+		{
+			name:   "services labelled with a service-proxy-name are not proxied by a proxy without a name",
+			svc:    svc(proxyName("kpng")),
+			slices: []*globalv1.EndpointSlice{slice("s1", ep("10.0.0.1"))},
 		},
 
 		// How EndpointSlices merge.
@@ -201,6 +206,22 @@ func TestServiceView(t *testing.T) {
 				return s
 			}()},
 			want: []string{"IPV4 http/TCP none"},
+		},
+		{
+			name: "an address listed twice in one slice: the non-terminating copy wins",
+			svc:  svc(),
+			slices: []*globalv1.EndpointSlice{
+				slice("s1", ep("10.0.0.1", terminating), ep("10.0.0.2"), ep("10.0.0.1")),
+			},
+			want: []string{"IPV4 http/TCP has: 10.0.0.1:8080 C, 10.0.0.2:8080 C"},
+		},
+		{
+			name: "an address listed twice in one slice with equal conditions: the first copy wins",
+			svc:  svc(itpLocal),
+			slices: []*globalv1.EndpointSlice{
+				slice("s1", ep("10.0.0.1", local), ep("10.0.0.1")),
+			},
+			want: []string{"IPV4 http/TCP has: 10.0.0.1:8080 L"},
 		},
 		{
 			name: "a duplicate endpoint across slices resolves to the non-terminating one",

@@ -161,7 +161,6 @@ func ServiceFromK8s(in *corev1.Service) (*globalv1.Service, Warnings, error) {
 	if v, ok := in.Labels[LabelServiceProxyName]; ok {
 		out.ServiceProxyName = &v
 	}
-	_, out.HeadlessLabel = in.Labels[LabelHeadless]
 	return out, warn, nil
 }
 

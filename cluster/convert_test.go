@@ -274,9 +274,10 @@ func TestServiceFromK8s(t *testing.T) {
 		in:   `{metadata: {namespace: ns, name: web, labels: {service.kubernetes.io/service-proxy-name: ""}}, spec: {clusterIP: 10.0.0.1}}`,
 		want: web(&globalv1.Service{ClusterIps: []string{"10.0.0.1"}, ServiceProxyName: ptr("")}),
 	}, {
-		name: "the headless label is present even with an empty value; other labels are ignored",
+		// kube-proxy filters the headless label on EndpointSlices only.
+		name: "a Service's headless label and other labels are ignored",
 		in:   `{metadata: {namespace: ns, name: web, labels: {service.kubernetes.io/headless: "", app: web}}, spec: {clusterIP: 10.0.0.1}}`,
-		want: web(&globalv1.Service{ClusterIps: []string{"10.0.0.1"}, HeadlessLabel: true}),
+		want: web(&globalv1.Service{ClusterIps: []string{"10.0.0.1"}}),
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, warn, err := ServiceFromK8s(fromYAML[corev1.Service](t, tc.in))

@@ -261,10 +261,8 @@ type Service struct {
 	// Value of the service.kubernetes.io/service-proxy-name label, when the
 	// label is present (an empty value is still "present").
 	ServiceProxyName *string `protobuf:"bytes,13,opt,name=service_proxy_name,json=serviceProxyName,proto3,oneof" json:"service_proxy_name,omitempty"`
-	// The service.kubernetes.io/headless label is present.
-	HeadlessLabel bool `protobuf:"varint,14,opt,name=headless_label,json=headlessLabel,proto3" json:"headless_label,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Service) Reset() {
@@ -386,13 +384,6 @@ func (x *Service) GetServiceProxyName() string {
 		return *x.ServiceProxyName
 	}
 	return ""
-}
-
-func (x *Service) GetHeadlessLabel() bool {
-	if x != nil {
-		return x.HeadlessLabel
-	}
-	return false
 }
 
 type LoadBalancerIngress struct {
@@ -1385,7 +1376,7 @@ var File_api_globalv1_globalv1_proto protoreflect.FileDescriptor
 
 const file_api_globalv1_globalv1_proto_rawDesc = "" +
 	"\n" +
-	"\x1bapi/globalv1/globalv1.proto\x12\rkpng.globalv1\"\x87\x06\n" +
+	"\x1bapi/globalv1/globalv1.proto\x12\rkpng.globalv1\"\xf6\x05\n" +
 	"\aService\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12.\n" +
@@ -1401,9 +1392,8 @@ const file_api_globalv1_globalv1_proto_rawDesc = "" +
 	" \x01(\x0e2\x1c.kpng.globalv1.TrafficPolicyR\x15internalTrafficPolicy\x12T\n" +
 	"\x17external_traffic_policy\x18\v \x01(\x0e2\x1c.kpng.globalv1.TrafficPolicyR\x15externalTrafficPolicy\x123\n" +
 	"\x16health_check_node_port\x18\f \x01(\x05R\x13healthCheckNodePort\x121\n" +
-	"\x12service_proxy_name\x18\r \x01(\tH\x00R\x10serviceProxyName\x88\x01\x01\x12%\n" +
-	"\x0eheadless_label\x18\x0e \x01(\bR\rheadlessLabelB\x15\n" +
-	"\x13_service_proxy_name\"I\n" +
+	"\x12service_proxy_name\x18\r \x01(\tH\x00R\x10serviceProxyName\x88\x01\x01B\x15\n" +
+	"\x13_service_proxy_nameJ\x04\b\x0e\x10\x0fR\x0eheadless_label\"I\n" +
 	"\x13LoadBalancerIngress\x12\x0e\n" +
 	"\x02ip\x18\x01 \x01(\tR\x02ip\x12\"\n" +
 	"\rip_mode_proxy\x18\x02 \x01(\bR\vipModeProxy\"\xd2\x01\n" +
