@@ -3,12 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
+	"k8s.io/klog/v2"
 
 	"github.com/kpng/kpng/client"
 	"github.com/kpng/kpng/cluster"
@@ -27,6 +31,7 @@ func toAPICommand(source sourceFactory) *cobra.Command {
 		insecure                     bool
 		opts                         server.Options
 		proxyName                    string
+		statusAddr                   string
 	)
 	cmd := &cobra.Command{
 		Use:   "to-api",
@@ -59,8 +64,36 @@ explicit --insecure.`,
 				return err
 			}
 			defer lis.Close()
+			var statusLis net.Listener
+			if statusAddr != "" {
+				if statusLis, err = net.Listen("tcp", statusAddr); err != nil {
+					return fmt.Errorf("--metrics-bind-address: %w", err)
+				}
+				defer statusLis.Close()
+			}
 			return run(cmd.Context(), src, stageFunc(func(ctx context.Context, store *cluster.Store) error {
-				return server.New(store, opts).Serve(ctx, lis, gopts...)
+				srv := server.New(store, opts)
+				status := newBrainStatus(store, src, srv.GlobalRevision)
+				ctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				var wg sync.WaitGroup
+				defer wg.Wait()
+				wg.Add(1)
+				go func() { defer wg.Done(); status.watchStore(ctx) }()
+				statusErr := make(chan error, 1)
+				if statusLis != nil {
+					klog.FromContext(ctx).Info("Serving /healthz, /readyz and /metrics", "address", statusLis.Addr().String())
+					wg.Add(1)
+					go func() { defer wg.Done(); statusErr <- status.serveHTTP(ctx, statusLis) }()
+				}
+				err := srv.Serve(ctx, lis, append(gopts, grpc.StatsHandler(statsHandler{b: status}))...)
+				cancel()
+				if statusLis != nil {
+					if serr := <-statusErr; err == nil && serr != nil {
+						err = fmt.Errorf("status server: %w", serr)
+					}
+				}
+				return err
 			}))
 		},
 	}
@@ -73,6 +106,8 @@ explicit --insecure.`,
 	fs.BoolVar(&insecure, "insecure", false, "allow plaintext TCP: anyone reaching the port reads the cluster")
 	fs.StringVar(&proxyName, "service-proxy-name", "",
 		"also serve Services labelled service.kubernetes.io/service-proxy-name with this value (to clients asking for it)")
+	fs.StringVar(&statusAddr, "metrics-bind-address", "",
+		"host:port to serve /healthz, /readyz (the cluster state is complete and the API server answers) and /metrics on; empty: none")
 	fs.IntVar(&opts.HistorySize, "history-size", server.DefaultHistorySize,
 		"changed keys remembered per view, so that a client reconnecting gets only the diff")
 	fs.IntVar(&opts.MaxNodeViews, "max-node-views", server.DefaultMaxNodeViews,
