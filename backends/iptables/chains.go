@@ -31,9 +31,6 @@ const (
 	chainProxyFirewall = "KPNG-PROXY-FIREWALL"
 	// filter: the CVE-2020-8558 protection of localhost node ports.
 	chainFirewall = "KPNG-FIREWALL"
-	// filter: rejects unknown ports of cluster IPs and drops unallocated
-	// addresses of the service CIDRs; the tail of filter KPNG-SERVICES.
-	chainClusterIPs = "KPNG-CLUSTER-IPS"
 	// nat and filter: an empty chain whose disappearance says the table was
 	// flushed behind kpng's back. Partial syncs flush it ("-F"), which fails
 	// when it is gone, so the check costs no extra process.

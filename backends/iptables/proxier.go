@@ -40,7 +40,6 @@ type proxier struct {
 	// unless localhostNodePorts); otherwise only nodePortIPs do.
 	nodePortsAll bool
 	nodePortIPs  []netip.Addr
-	serviceCIDRs []string
 	// needFull: the record may not match the kernel (a failed restore).
 	needFull bool
 	// totals sums the counts of the services in the record.
@@ -131,12 +130,6 @@ func (p *proxier) setNode(state *backend.State) {
 	}
 	p.rend.nodeIP = primary
 	p.rend.local = p.cfg.detector(p.ipv6, podCIDRs)
-	p.serviceCIDRs = p.serviceCIDRs[:0]
-	for _, c := range state.ServiceCIDRs {
-		if pfx, err := netip.ParsePrefix(c); err == nil && pfx.Addr().Is6() == p.ipv6 {
-			p.serviceCIDRs = append(p.serviceCIDRs, pfx.Masked().String())
-		}
-	}
 	p.nodePortIPs = nil
 	// "primary" is one CIDR per family of the node's primary IP (not
 	// loopback), as kube-proxy turns it; a family without one has no CIDR,
@@ -300,7 +293,7 @@ func (p *proxier) fixedChains(tbl string) []string {
 	if tbl == "nat" {
 		return []string{chainServices, chainNodePorts, chainPostrouting, chainMarkMasq, chainCanary}
 	}
-	out := []string{chainServices, chainExternalServices, chainNodePorts, chainForward, chainProxyFirewall, chainClusterIPs, chainCanary}
+	out := []string{chainServices, chainExternalServices, chainNodePorts, chainForward, chainProxyFirewall, chainCanary}
 	if p.localhostNodePorts {
 		out = append(out, chainFirewall)
 	}
@@ -357,12 +350,6 @@ func (p *proxier) writeShared(b *bytes.Buffer, i shared, keys []backend.ServiceK
 				continue // IPv6, or localhost node ports off
 			}
 			add(b, chainServices).w(c...).w("-d", ip.String(), "-j", chainNodePorts).end()
-		}
-	case filterServices:
-		add(b, chainServices).w("-j", chainClusterIPs).end()
-	case filterClusterIPs:
-		for _, cidr := range p.serviceCIDRs {
-			add(b, chainClusterIPs).w(comment("unallocated cluster IP")...).w("-d", cidr, "-j", "DROP").end()
 		}
 	}
 }
@@ -555,7 +542,6 @@ func (p *proxier) counts() (map[string]int, [2]int) {
 	var fixed bytes.Buffer
 	p.writeFixed(&fixed, "filter")
 	p.writeShared(&fixed, filterServices, nil, nil)
-	p.writeShared(&fixed, filterClusterIPs, nil, nil)
 	rules["filter"] = bytes.Count(fixed.Bytes(), []byte{'\n'})
 	fixed.Reset()
 	p.writeFixed(&fixed, "nat")

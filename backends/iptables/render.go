@@ -16,25 +16,23 @@ import (
 type shared int
 
 const (
-	natServices      shared = iota // nat KPNG-SERVICES
-	natNodePorts                   // nat KPNG-NODEPORTS
-	filterServices                 // filter KPNG-SERVICES
-	filterExternal                 // filter KPNG-EXTERNAL-SERVICES
-	filterNodePorts                // filter KPNG-NODEPORTS
-	filterFirewall                 // filter KPNG-PROXY-FIREWALL
-	filterClusterIPs               // filter KPNG-CLUSTER-IPS
+	natServices     shared = iota // nat KPNG-SERVICES
+	natNodePorts                  // nat KPNG-NODEPORTS
+	filterServices                // filter KPNG-SERVICES
+	filterExternal                // filter KPNG-EXTERNAL-SERVICES
+	filterNodePorts               // filter KPNG-NODEPORTS
+	filterFirewall                // filter KPNG-PROXY-FIREWALL
 	numShared
 )
 
 // sharedChains says, for each shared chain, its table and name.
 var sharedChains = [numShared]struct{ table, name string }{
-	natServices:      {"nat", chainServices},
-	natNodePorts:     {"nat", chainNodePorts},
-	filterServices:   {"filter", chainServices},
-	filterExternal:   {"filter", chainExternalServices},
-	filterNodePorts:  {"filter", chainNodePorts},
-	filterFirewall:   {"filter", chainProxyFirewall},
-	filterClusterIPs: {"filter", chainClusterIPs},
+	natServices:     {"nat", chainServices},
+	natNodePorts:    {"nat", chainNodePorts},
+	filterServices:  {"filter", chainServices},
+	filterExternal:  {"filter", chainExternalServices},
+	filterNodePorts: {"filter", chainNodePorts},
+	filterFirewall:  {"filter", chainProxyFirewall},
 }
 
 // rendered is what one Service (in one family) contributes to the tables:
@@ -398,10 +396,9 @@ func (r *renderer) render(se *localv1.ServiceEndpoints) *rendered {
 		}
 	}
 
-	// Any packet still addressed to the cluster IP after the rules above is
-	// for a port the service does not have: reject it.
-	add(&frag[filterClusterIPs], chainClusterIPs).w(comment(svc.Namespace+"/"+svc.Name+" has no such port")...).
-		w("-d", svc.ClusterIp, "-j", "REJECT").end()
+	// A packet to a port the service does not have meets no rule here and
+	// goes where the node routes the cluster IP, as in kube-proxy's iptables
+	// mode (its nftables mode rejects it; kpng's nft backend does too).
 	if svc.HealthCheckNodePort != 0 {
 		add(&frag[filterNodePorts], chainNodePorts).w(comment(svc.Namespace+"/"+svc.Name+" health check node port")...).
 			w("-m", "tcp", "-p", "tcp", "--dport", strconv.Itoa(int(svc.HealthCheckNodePort)), "-j", "ACCEPT").end()

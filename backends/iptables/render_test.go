@@ -73,8 +73,6 @@ func TestRender(t *testing.T) {
 		se:   svc("web", nil, ep("10.244.1.5", 8080, true), ep("10.244.2.7", 8080, false)),
 		want: `# nat
 -A KPNG-SERVICES -m comment --comment "ns/web:p cluster IP" -m tcp -p tcp -d 10.96.0.10 --dport 80 -j KPNG-SVC-ns/web:p
-# filter
--A KPNG-CLUSTER-IPS -m comment --comment "ns/web has no such port" -d 10.96.0.10 -j REJECT
 # nat KPNG-SEP-10.244.1.5:8080
 -A KPNG-SEP-10.244.1.5:8080 -s 10.244.1.5 -j KPNG-MARK-MASQ
 -A KPNG-SEP-10.244.1.5:8080 -m tcp -p tcp -j DNAT --to-destination 10.244.1.5:8080
@@ -99,8 +97,6 @@ func TestRender(t *testing.T) {
 # filter
 -A KPNG-EXTERNAL-SERVICES -m comment --comment "ns/web:p has no endpoints" -m tcp -p tcp -d 192.0.2.1 --dport 80 -j REJECT
 -A KPNG-EXTERNAL-SERVICES -m comment --comment "ns/web:p has no endpoints" -m addrtype --dst-type LOCAL -m tcp -p tcp --dport 30080 -j REJECT
-# filter
--A KPNG-CLUSTER-IPS -m comment --comment "ns/web has no such port" -d 10.96.0.10 -j REJECT
 `,
 	}, {
 		name: "masquerade-all, session affinity with recent",
@@ -109,8 +105,6 @@ func TestRender(t *testing.T) {
 			ep("10.244.1.5", 8080, false)),
 		want: `# nat
 -A KPNG-SERVICES -m comment --comment "ns/web:p cluster IP" -m tcp -p tcp -d 10.96.0.10 --dport 80 -j KPNG-SVC-ns/web:p
-# filter
--A KPNG-CLUSTER-IPS -m comment --comment "ns/web has no such port" -d 10.96.0.10 -j REJECT
 # nat KPNG-SEP-10.244.1.5:8080
 -A KPNG-SEP-10.244.1.5:8080 -s 10.244.1.5 -j KPNG-MARK-MASQ
 -A KPNG-SEP-10.244.1.5:8080 -m recent --name KPNG-SEP-10.244.1.5:8080 --set -m tcp -p tcp -j DNAT --to-destination 10.244.1.5:8080
@@ -126,8 +120,6 @@ func TestRender(t *testing.T) {
 			&localv1.Endpoint{PortName: "p", Protocol: localv1.Protocol_TCP, Ip: "10.244.2.7", Port: 8080, Ready: true}),
 		want: `# filter
 -A KPNG-SERVICES -m comment --comment "ns/web:p has no local endpoints" -m tcp -p tcp -d 10.96.0.10 --dport 80 -j DROP
-# filter
--A KPNG-CLUSTER-IPS -m comment --comment "ns/web has no such port" -d 10.96.0.10 -j REJECT
 `,
 	}, {
 		name: "node port, external policy Local: short circuits, SVL, health check port",
@@ -144,8 +136,6 @@ func TestRender(t *testing.T) {
 -A KPNG-NODEPORTS -m comment --comment "ns/web:p" -m tcp -p tcp --dport 30080 -j KPNG-EXT-ns/web:p
 # filter
 -A KPNG-NODEPORTS -m comment --comment "ns/web health check node port" -m tcp -p tcp --dport 32000 -j ACCEPT
-# filter
--A KPNG-CLUSTER-IPS -m comment --comment "ns/web has no such port" -d 10.96.0.10 -j REJECT
 # nat KPNG-EXT-ns/web:p
 -A KPNG-EXT-ns/web:p -m comment --comment "pod traffic for ns/web:p external destinations" -s 10.244.0.0/16 -j KPNG-SVC-ns/web:p
 -A KPNG-EXT-ns/web:p -m comment --comment "masquerade LOCAL traffic for ns/web:p external destinations" -m addrtype --src-type LOCAL -j KPNG-MARK-MASQ
@@ -178,8 +168,6 @@ func TestRender(t *testing.T) {
 -A KPNG-NODEPORTS -m comment --comment "ns/web:p" -m tcp -p tcp --dport 30080 -j KPNG-EXT-ns/web:p
 # filter
 -A KPNG-EXTERNAL-SERVICES -m comment --comment "ns/web:p has no local endpoints" -m addrtype --dst-type LOCAL -m tcp -p tcp --dport 30080 -j DROP
-# filter
--A KPNG-CLUSTER-IPS -m comment --comment "ns/web has no such port" -d 10.96.0.10 -j REJECT
 # nat KPNG-EXT-ns/web:p
 -A KPNG-EXT-ns/web:p -m comment --comment "masquerade LOCAL traffic for ns/web:p external destinations" -m addrtype --src-type LOCAL -j KPNG-MARK-MASQ
 -A KPNG-EXT-ns/web:p -m comment --comment "route LOCAL traffic for ns/web:p external destinations" -m addrtype --src-type LOCAL -j KPNG-SVC-ns/web:p
@@ -205,8 +193,6 @@ func TestRender(t *testing.T) {
 -A KPNG-NODEPORTS -m comment --comment "ns/web:p" -m tcp -p tcp --dport 30080 -j KPNG-EXT-ns/web:p
 # filter
 -A KPNG-PROXY-FIREWALL -m comment --comment "ns/web:p traffic not accepted by KPNG-FW-ns/web:p" -m tcp -p tcp -d 203.0.113.7 --dport 80 -j DROP
-# filter
--A KPNG-CLUSTER-IPS -m comment --comment "ns/web has no such port" -d 10.96.0.10 -j REJECT
 # nat KPNG-EXT-ns/web:p
 -A KPNG-EXT-ns/web:p -m comment --comment "masquerade traffic for ns/web:p external destinations" -j KPNG-MARK-MASQ
 -A KPNG-EXT-ns/web:p -j KPNG-SVC-ns/web:p
@@ -237,8 +223,6 @@ func TestRender(t *testing.T) {
 		want: `# nat
 -A KPNG-SERVICES -m comment --comment "ns/dns:p cluster IP" -m udp -p udp -d fd00:10:96::a --dport 80 -j KPNG-SVC-ns/dns:p
 -A KPNG-SERVICES -m comment --comment "ns/dns:p external IP" -m udp -p udp -d 2001:db8::1 --dport 80 -j KPNG-EXT-ns/dns:p
-# filter
--A KPNG-CLUSTER-IPS -m comment --comment "ns/dns has no such port" -d fd00:10:96::a -j REJECT
 # nat KPNG-EXT-ns/dns:p
 -A KPNG-EXT-ns/dns:p -m comment --comment "masquerade traffic for ns/dns:p external destinations" -j KPNG-MARK-MASQ
 -A KPNG-EXT-ns/dns:p -j KPNG-SVC-ns/dns:p
@@ -265,7 +249,7 @@ func TestChainNamesFitIptables(t *testing.T) {
 			t.Errorf("%s chains are %d characters; iptables allows 28", p, n)
 		}
 	}
-	for _, c := range []string{chainServices, chainExternalServices, chainNodePorts, chainPostrouting, chainMarkMasq, chainForward, chainProxyFirewall, chainFirewall, chainClusterIPs, chainCanary} {
+	for _, c := range []string{chainServices, chainExternalServices, chainNodePorts, chainPostrouting, chainMarkMasq, chainForward, chainProxyFirewall, chainFirewall, chainCanary} {
 		if len(c) > 28 {
 			t.Errorf("%s is longer than 28 characters", c)
 		}
