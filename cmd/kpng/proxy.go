@@ -223,7 +223,7 @@ func runProxy(ctx context.Context, fs *pflag.FlagSet, flags *proxyFlags, deps pr
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	metricsDone := make(chan error, 1)
-	go func() { metricsDone <- serveMetrics(ctx, c) }()
+	go func() { metricsDone <- serveMetrics(ctx, c, flagValues(fs)) }()
 
 	logger.Info("Starting kpng proxy", "mode", c.Mode, "backend", reg.Name, "node", node, "backendFlags", set)
 	runErr := runBackend(ctx, reg.Name, plugin, node,
@@ -284,11 +284,31 @@ func setupHost(ctx context.Context, c *config.KubeProxyConfiguration) error {
 	return nil
 }
 
+// processStart is when the process started, for /statusz.
+var processStart = time.Now()
+
+// gateEnabled reads one of kube-proxy 1.36's beta gates that default to
+// true (ComponentFlagz, ComponentStatusz) from the configuration.
+func gateEnabled(c *config.KubeProxyConfiguration, name string) bool {
+	on, set := c.FeatureGates[name]
+	return on || !set
+}
+
+// flagValues returns /flagz's reader: every flag of fs by name, as
+// kube-proxy's (its command's whole flag set) shows them.
+func flagValues(fs *pflag.FlagSet) func() map[string]string {
+	return func() map[string]string {
+		out := map[string]string{}
+		fs.VisitAll(func(f *pflag.Flag) { out[f.Name] = f.Value.String() })
+		return out
+	}
+}
+
 // serveMetrics runs the metrics server (/metrics, /healthz, /proxyMode,
-// /configz, /debug/pprof) on metricsBindAddress until ctx ends. A port that
+// /configz, /flagz, /statusz, /debug/pprof) on metricsBindAddress until ctx ends. A port that
 // cannot be bound is fatal with bindAddressHardFail, and retried every 5
 // seconds otherwise, as kube-proxy does.
-func serveMetrics(ctx context.Context, c *config.KubeProxyConfiguration) error {
+func serveMetrics(ctx context.Context, c *config.KubeProxyConfiguration, flagz func() map[string]string) error {
 	if c.MetricsBindAddress == "" {
 		return nil
 	}
@@ -305,6 +325,14 @@ func serveMetrics(ctx context.Context, c *config.KubeProxyConfiguration) error {
 		ProxyMode: mode,
 		Configz:   func() ([]byte, error) { return body, nil },
 		Profiling: c.EnableProfiling,
+		// /flagz and /statusz, behind kube-proxy 1.36's gates (beta, on
+		// by default).
+		Statusz:          gateEnabled(c, "ComponentStatusz"),
+		EmulationVersion: config.KubernetesMinor,
+		Started:          processStart,
+	}
+	if gateEnabled(c, "ComponentFlagz") {
+		srv.Flagz = flagz
 	}
 	logger := klog.FromContext(ctx)
 	for {

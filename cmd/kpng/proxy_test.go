@@ -885,7 +885,7 @@ func TestMetricsServerBindAddressHardFail(t *testing.T) {
 	c.MetricsBindAddress = taken.Addr().String()
 
 	c.BindAddressHardFail = true
-	if err := serveMetrics(context.Background(), c); err == nil || !strings.Contains(err.Error(), "bindAddressHardFail is true") {
+	if err := serveMetrics(context.Background(), c, nil); err == nil || !strings.Contains(err.Error(), "bindAddressHardFail is true") {
 		t.Errorf("bindAddressHardFail true: err = %v, want one naming bindAddressHardFail", err)
 	}
 
@@ -900,7 +900,7 @@ func TestMetricsServerBindAddressHardFail(t *testing.T) {
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- serveMetrics(ctx, c) }()
+	go func() { done <- serveMetrics(ctx, c, nil) }()
 	select {
 	case line := <-logged:
 		if !strings.Contains(line, "could not bind") {

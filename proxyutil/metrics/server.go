@@ -1,12 +1,14 @@
 package metrics
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"time"
 
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -26,6 +28,22 @@ type Server struct {
 	Configz func() ([]byte, error)
 	// Profiling serves /debug/pprof/ (kube-proxy's enableProfiling).
 	Profiling bool
+	// Flagz, if set, returns the command line's flags, by name, for
+	// /flagz (kube-proxy's ComponentFlagz feature, on by default in 1.36);
+	// otherwise /flagz is not served.
+	Flagz func() map[string]string
+	// Statusz serves /statusz (kube-proxy's ComponentStatusz feature, on
+	// by default in 1.36): start time, uptime, versions, the other paths.
+	Statusz bool
+	// Component names the process in /flagz and /statusz; empty means
+	// "kube-proxy", whose endpoints these are.
+	Component string
+	// EmulationVersion, if set, is the Kubernetes version /statusz says
+	// the process emulates (kube-proxy shows its own, e.g. 1.36).
+	EmulationVersion string
+	// Started is when the process started, for /statusz; zero means when
+	// Handler was called.
+	Started time.Time
 }
 
 // Handler returns the server's routes.
@@ -54,12 +72,28 @@ func (s *Server) Handler() http.Handler {
 			_, _ = w.Write(body)
 		})
 	}
+	paths := []string{"/healthz", "/metrics", "/proxyMode"}
+	if s.Configz != nil {
+		paths = append(paths, "/configz")
+	}
 	if s.Profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		paths = append(paths, "/debug")
+	}
+	component := cmp.Or(s.Component, "kube-proxy")
+	if s.Flagz != nil {
+		mux.Handle("/flagz", flagzPage(component, s.Flagz))
+		paths = append(paths, "/flagz")
+	}
+	if s.Statusz {
+		// As upstream's, the paths listed are those installed before
+		// /statusz, by their first segment.
+		slices.Sort(paths)
+		mux.Handle("/statusz", statuszPage(component, cmp.Or(s.Started, time.Now()), s.EmulationVersion, paths))
 	}
 	return mux
 }

@@ -132,8 +132,8 @@ func loadResolved(t *testing.T, path string) *config.KubeProxyConfiguration {
 // file (kubeadm 1.36's, pointed at the test API server and with the
 // conntrack settings a network namespace allows), each in its own node, in
 // nftables and in iptables mode, and compares what their metrics servers
-// serve: /configz is the same document, and kpng's /metrics has every
-// metric name kube-proxy's has. The names kpng has beyond kube-proxy's are
+// serve: /configz is the same document, /flagz and /statusz the same pages
+// and objects, and kpng's /metrics has every metric name kube-proxy's has. The names kpng has beyond kube-proxy's are
 // logged.
 func TestMetricsAndConfigzAreKubeProxys(t *testing.T) {
 	netlab.RequireRoot(t)
@@ -190,6 +190,48 @@ func TestMetricsAndConfigzAreKubeProxys(t *testing.T) {
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("/configz differs (-kube-proxy +kpng):\n%s", diff)
+			}
+
+			// /flagz and /statusz: the same text pages' headers, and the
+			// same config.k8s.io/v1beta1 objects (flags and their values,
+			// versions, paths), but for what differs by nature (start
+			// time, uptime, binary version).
+			for _, page := range []string{"/flagz", "/statusz"} {
+				kpText, kpngText := get(t, kpNode, page), get(t, kpngNode, page)
+				header := "\nkube-proxy " + page[1:] + "\nWarning: "
+				if !strings.HasPrefix(kpText, header) || !strings.HasPrefix(kpngText, header) {
+					t.Errorf("%s text pages do not both start with %q:\nkube-proxy:\n%s\nkpng:\n%s", page, header, kpText, kpngText)
+				}
+			}
+			kind := map[string]string{"/flagz": "Flagz", "/statusz": "Statusz"}
+			structured := func(node *netlab.Node, page string) map[string]any {
+				body := getAccept(t, node, page, "application/json;as="+kind[page]+";v=v1beta1;g=config.k8s.io")
+				var m map[string]any
+				if err := json.Unmarshal([]byte(body), &m); err != nil {
+					t.Fatalf("node %s: %s: %v\n%s", node.Name, page, err, body)
+				}
+				return m
+			}
+			kpFlags, kpngFlags := structured(kpNode, "/flagz"), structured(kpngNode, "/flagz")
+			for _, m := range []map[string]any{kpFlags, kpngFlags} {
+				if flags, ok := m["flags"].(map[string]any); ok {
+					delete(flags, "master") // each node's own forwarder
+				}
+			}
+			if diff := cmp.Diff(kpFlags, kpngFlags); diff != "" {
+				t.Errorf("/flagz differs (-kube-proxy +kpng):\n%s", diff)
+			}
+			kpStatus, kpngStatus := structured(kpNode, "/statusz"), structured(kpngNode, "/statusz")
+			for _, m := range []map[string]any{kpStatus, kpngStatus} {
+				if m["startTime"] == nil || m["goVersion"] == "" || m["binaryVersion"] == "" {
+					t.Errorf("/statusz lacks start time or versions: %v", m)
+				}
+				delete(m, "startTime")
+				delete(m, "uptimeSeconds")
+				delete(m, "binaryVersion")
+			}
+			if diff := cmp.Diff(kpStatus, kpngStatus); diff != "" {
+				t.Errorf("/statusz differs (-kube-proxy +kpng):\n%s", diff)
 			}
 
 			// Some series appear with their first observation (a request,
@@ -249,6 +291,12 @@ func knownMissingMetric(name string) string {
 // network namespace.
 func get(t *testing.T, node *netlab.Node, path string) string {
 	t.Helper()
+	return getAccept(t, node, path, "")
+}
+
+// getAccept is get with an Accept header (none if empty).
+func getAccept(t *testing.T, node *netlab.Node, path, accept string) string {
+	t.Helper()
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		DialContext: func(_ context.Context, network, addr string) (net.Conn, error) {
 			var c net.Conn
@@ -260,7 +308,14 @@ func get(t *testing.T, node *netlab.Node, path string) string {
 		},
 	}}
 	defer client.CloseIdleConnections()
-	resp, err := client.Get("http://127.0.0.1:10249" + path)
+	req, err := http.NewRequest(http.MethodGet, "http://127.0.0.1:10249"+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("node %s: GET %s: %v", node.Name, path, err)
 	}
