@@ -192,6 +192,21 @@ func TestMetricsAndConfigzAreKubeProxys(t *testing.T) {
 				t.Errorf("/configz differs (-kube-proxy +kpng):\n%s", diff)
 			}
 
+			// The health server (healthzBindAddress, 0.0.0.0:10256): the
+			// same status, content type and JSON fields on /healthz and
+			// /livez (their times differ by nature).
+			for _, page := range []string{"/healthz", "/livez"} {
+				kpCode, kpType, kpBody := fetch(t, kpNode, "127.0.0.1:10256", page, "")
+				kpngCode, kpngType, kpngBody := fetch(t, kpngNode, "127.0.0.1:10256", page, "")
+				var kpJSON, kpngJSON map[string]any
+				_ = json.Unmarshal([]byte(kpBody), &kpJSON)
+				_ = json.Unmarshal([]byte(kpngBody), &kpngJSON)
+				if kpCode != kpngCode || kpType != kpngType || !slices.Equal(slices.Sorted(maps.Keys(kpJSON)), slices.Sorted(maps.Keys(kpngJSON))) ||
+					kpJSON["nodeEligible"] != kpngJSON["nodeEligible"] {
+					t.Errorf("health %s differs:\nkube-proxy: %d %s %s\nkpng:       %d %s %s", page, kpCode, kpType, kpBody, kpngCode, kpngType, kpngBody)
+				}
+			}
+
 			// /flagz and /statusz: the same text pages' headers, and the
 			// same config.k8s.io/v1beta1 objects (flags and their values,
 			// versions, paths), but for what differs by nature (start
@@ -294,8 +309,21 @@ func get(t *testing.T, node *netlab.Node, path string) string {
 	return getAccept(t, node, path, "")
 }
 
-// getAccept is get with an Accept header (none if empty).
+// getAccept is get with an Accept header (none if empty); anything but
+// 200 fails the test.
 func getAccept(t *testing.T, node *netlab.Node, path, accept string) string {
+	t.Helper()
+	code, _, body := fetch(t, node, "127.0.0.1:10249", path, accept)
+	if code != http.StatusOK {
+		t.Fatalf("node %s: %s: %d\n%s", node.Name, path, code, body)
+	}
+	return body
+}
+
+// fetch GETs path from addr in node's network namespace, with an Accept
+// header unless accept is empty, and returns the status code, the content
+// type and the body.
+func fetch(t *testing.T, node *netlab.Node, addr, path, accept string) (int, string, string) {
 	t.Helper()
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		DialContext: func(_ context.Context, network, addr string) (net.Conn, error) {
@@ -308,7 +336,7 @@ func getAccept(t *testing.T, node *netlab.Node, path, accept string) string {
 		},
 	}}
 	defer client.CloseIdleConnections()
-	req, err := http.NewRequest(http.MethodGet, "http://127.0.0.1:10249"+path, nil)
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,10 +349,10 @@ func getAccept(t *testing.T, node *netlab.Node, path, accept string) string {
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("node %s: %s: %s %v\n%s", node.Name, path, resp.Status, err, body)
+	if err != nil {
+		t.Fatalf("node %s: %s: %v", node.Name, path, err)
 	}
-	return string(body)
+	return resp.StatusCode, resp.Header.Get("Content-Type"), string(body)
 }
 
 // metricNames lists the metric families a Prometheus text exposition
