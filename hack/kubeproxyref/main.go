@@ -6,6 +6,9 @@
 //     command line, as kube-proxy registers them (app.NewProxyCommand, plus
 //     what component-base/cli.Run and cobra add when the command runs:
 //     logging flags, --version, the word-separator normalizer);
+//   - cmd/kpng/kube-proxy-feature-gates.json: the feature gates kube-proxy
+//     accepts, with their defaults, which kpng embeds to judge featureGates
+//     as kube-proxy does;
 //   - config/testdata/v1alpha1/kubeadm-*.yaml: the config.conf of the
 //     kube-proxy ConfigMap that kubeadm writes, exactly as kubeadm's addon
 //     phase renders it, for kubeadm's defaults and for a pod subnet.
@@ -62,7 +65,14 @@ func generate() ([]file, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kube-proxy's flags: %w", err)
 	}
-	files := []file{{path: "cmd/kpng/testdata/kube-proxy-flags.json", data: flags}}
+	gates, err := kubeProxyGates()
+	if err != nil {
+		return nil, fmt.Errorf("kube-proxy's feature gates: %w", err)
+	}
+	files := []file{
+		{path: "cmd/kpng/testdata/kube-proxy-flags.json", data: flags},
+		{path: "cmd/kpng/kube-proxy-feature-gates.json", data: gates},
+	}
 	for _, v := range kubeadmVariants {
 		data, err := kubeadmProxyConfig(v.podSubnet)
 		if err != nil {
