@@ -120,7 +120,7 @@ func TestNoKubeProxyFlagIsSilentlyIgnored(t *testing.T) {
 	}
 	values := map[string]string{
 		"bind-address": "192.0.2.7", "cluster-cidr": "10.0.0.0/8", "detect-local-mode": "NodeCIDR", "proxy-mode": "nftables",
-		"feature-gates": "SomeGate=true", "healthz-bind-address": "127.0.0.1:7", "metrics-bind-address": "127.0.0.1:7",
+		"feature-gates": "HPAScaleToZero=true", "healthz-bind-address": "127.0.0.1:7", "metrics-bind-address": "127.0.0.1:7",
 		"healthz-port": "0", "metrics-port": "0", "nodeport-addresses": "10.0.0.0/8", "ipvs-exclude-cidrs": "10.0.0.0/8",
 		"show-hidden-metrics-for-version": "1.35", "logging-format": "json", "log-json-info-buffer-size": "1Mi",
 		"log-text-info-buffer-size": "1Mi", "iptables-masquerade-bit": "7", "oom-score-adj": "7",
@@ -270,6 +270,52 @@ func TestOverrideAddresses(t *testing.T) {
 			}
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestFeatureGatesAsKubeProxy: featureGates are judged against kube-proxy
+// 1.36's own gates (hack/kubeproxyref writes them): an unknown gate, or a
+// locked one set against its lock, is refused as kube-proxy refuses it
+// (unless configHardFail is false); a known gate kpng does not act on, set
+// to other than its default, is a warning; the logging and z-page gates,
+// which kpng reads, say nothing.
+func TestFeatureGatesAsKubeProxy(t *testing.T) {
+	for _, tc := range []struct {
+		gate    string
+		wantErr string
+		warn    string
+	}{
+		{gate: "NoSuchGate=true", wantErr: "unrecognized feature gate: NoSuchGate"},
+		{gate: "APIServerTracing=false", wantErr: "cannot set feature gate APIServerTracing to false, feature is locked to true"},
+		{gate: "HPAScaleToZero=true", warn: "featureGates.HPAScaleToZero=true has no effect in kpng"},
+		{gate: "HPAScaleToZero=false"},
+		{gate: "ComponentFlagz=false"},
+		{gate: "LoggingAlphaOptions=true"},
+	} {
+		t.Run(tc.gate, func(t *testing.T) {
+			_, warnings, err := proxyArgs(t, "--feature-gates="+tc.gate)
+			switch {
+			case tc.wantErr != "":
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("error %v, want %q", err, tc.wantErr)
+				}
+				file := writeFile(t, "kp.yaml", v1alpha2Header+"configHardFail: false\n")
+				if _, warnings, err := proxyArgs(t, "--config", file, "--feature-gates="+tc.gate); err != nil ||
+					!slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, tc.wantErr) }) {
+					t.Errorf("configHardFail false: error %v, warnings %q", err, warnings)
+				}
+			case err != nil:
+				t.Errorf("error %v", err)
+			case tc.warn != "":
+				if !slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, tc.warn) }) {
+					t.Errorf("warnings %q lack %q", warnings, tc.warn)
+				}
+			default:
+				if slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, "featureGates") }) {
+					t.Errorf("warnings %q about a gate kpng reads or left at its default", warnings)
+				}
 			}
 		})
 	}

@@ -106,7 +106,7 @@ func TestProxyFlagsOverrideTheFile(t *testing.T) {
 hostnameOverride: from-file
 clusterCIDR: 10.0.0.0/8
 nodePortAddresses: [192.0.2.0/24]
-featureGates: {A: true, B: true}
+featureGates: {HPAScaleToZero: true, AllBeta: true}
 logging: {verbosity: 2, vmodule: [{filePattern: file, verbosity: 3}]}
 nftables: {syncPeriod: 20s, minSyncPeriod: 2s, masqueradeAll: true}
 conntrack: {maxPerCore: 7}
@@ -166,8 +166,8 @@ conntrack: {maxPerCore: 7}
 			}
 			return ""
 		}},
-		{name: "feature gates are merged, the flag winning", args: []string{"--feature-gates", "B=false,C=true"}, check: func(c *config.KubeProxyConfiguration) string {
-			if !c.FeatureGates["A"] || c.FeatureGates["B"] || !c.FeatureGates["C"] {
+		{name: "feature gates are merged, the flag winning", args: []string{"--feature-gates", "AllBeta=false,LoggingAlphaOptions=true"}, check: func(c *config.KubeProxyConfiguration) string {
+			if !c.FeatureGates["HPAScaleToZero"] || c.FeatureGates["AllBeta"] || !c.FeatureGates["LoggingAlphaOptions"] {
 				return "gates not merged"
 			}
 			return ""

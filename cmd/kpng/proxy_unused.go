@@ -45,12 +45,18 @@ func unsupportedFields(c *config.KubeProxyConfiguration) (*config.KubeProxyConfi
 	if c.ConfigSyncPeriod != kubeProxyConfigSyncPeriod {
 		warnings = append(warnings, fmt.Sprintf("configSyncPeriod=%s has no effect in kpng: it is kube-proxy's informer resync period, and kpng's cluster store changes only on watch events, which a resync of unchanged objects does not bring", c.ConfigSyncPeriod))
 	}
+	gateWarnings, gateProblems, err := checkFeatureGates(c.FeatureGates)
+	if err != nil {
+		return nil, nil, err
+	}
+	warnings = append(warnings, gateWarnings...)
+	problems = append(problems, gateProblems...)
 	if c.IPFamilyPolicy != "" {
 		problems = append(problems, fmt.Sprintf("ipFamilyPolicy=%q is not implemented by kpng (the node's IPs are those of its Node object, and nodeIPOverride)", c.IPFamilyPolicy))
 		c.IPFamilyPolicy = ""
 	}
 	if len(problems) > 0 && c.ConfigHardFail {
-		return nil, nil, fmt.Errorf("configuration not supported by kpng (configHardFail is true): %s", strings.Join(problems, "; "))
+		return nil, nil, fmt.Errorf("configuration not supported by kpng (configHardFail is true): %s", joinProblems(problems))
 	}
 	for _, p := range problems {
 		warnings = append(warnings, "ignored (configHardFail is false): "+p)
