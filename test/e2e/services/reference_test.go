@@ -35,9 +35,14 @@ import (
 // hack/install-test-deps.sh).
 const EnvKubeProxy = "KPNG_KUBE_PROXY"
 
-// referenceBackend returns the reference backend called name
-// ("kube-proxy-nftables", "kube-proxy-iptables"), or nil.
+// referenceBackend returns the backend called name that reads a real API
+// server: upstream kube-proxy ("kube-proxy-nftables", "kube-proxy-iptables"),
+// or kpng's backend B fed by kpng's kube source ("kube-B", e.g. "kube-nft"),
+// as a node runs it. It returns nil for other names (kpng's file source).
 func referenceBackend(t *testing.T, name string) netlab.Backend {
+	if b, ok := strings.CutPrefix(name, "kube-"); ok && !strings.HasPrefix(b, "proxy-") {
+		return &kpngKube{backend: b, mirrors: &mirrors{m: map[string]*mirror{}}}
+	}
 	mode, ok := strings.CutPrefix(name, "kube-proxy-")
 	if !ok {
 		return nil
@@ -45,7 +50,28 @@ func referenceBackend(t *testing.T, name string) netlab.Backend {
 	if mode != "nftables" && mode != "iptables" {
 		t.Fatalf("unknown reference backend %q: kube-proxy-nftables or kube-proxy-iptables", name)
 	}
-	return &kubeProxy{mode: mode, mirrors: map[string]*mirror{}}
+	return &kubeProxy{mode: mode, mirrors: &mirrors{m: map[string]*mirror{}}}
+}
+
+// mirrors are the API servers of a backend, one per state file.
+type mirrors struct {
+	mu sync.Mutex
+	m  map[string]*mirror
+}
+
+// forNode returns the mirror of stateFile, started on first use, with a
+// forwarder in node.
+func (ms *mirrors) forNode(t testing.TB, node *netlab.Node, stateFile string) *mirror {
+	t.Helper()
+	ms.mu.Lock()
+	m := ms.m[stateFile]
+	if m == nil {
+		m = startMirror(t, stateFile)
+		ms.m[stateFile] = m
+	}
+	ms.mu.Unlock()
+	m.forward(t, node)
+	return m
 }
 
 // kubeProxy is upstream kube-proxy as a Backend: a real kube-apiserver per
@@ -53,8 +79,36 @@ func referenceBackend(t *testing.T, name string) netlab.Backend {
 // reaching the API server through a forwarder in the node's namespace.
 type kubeProxy struct {
 	mode    string
-	mu      sync.Mutex
-	mirrors map[string]*mirror // by state file
+	mirrors *mirrors
+}
+
+// kpngKube is kpng as a node runs it against a cluster: its kube source
+// reading the same mirrored API server as kubeProxy, the brain, and the
+// backend, in one process.
+type kpngKube struct {
+	backend string
+	mirrors *mirrors
+}
+
+func (k *kpngKube) Name() string       { return "kube-" + k.backend }
+func (k *kpngKube) SyncedLine() string { return "Dataplane synced" }
+
+func (k *kpngKube) argv(t testing.TB, node *netlab.Node, kubeconfig string, cfg netlab.ProxyConfig) []string {
+	return append([]string{netlab.KpngBinary(t), "--v=2", "kube", "--kubeconfig", kubeconfig,
+		"to-local", "--node-name", node.Name, "to-" + k.backend}, cfg.Flags()...)
+}
+
+func (k *kpngKube) Start(t testing.TB, node *netlab.Node, stateFile string, cfg netlab.ProxyConfig) *netlab.Process {
+	t.Helper()
+	m := k.mirrors.forNode(t, node, stateFile)
+	return node.Start(t, k.argv(t, node, m.server.KubeconfigPath, cfg)...)
+}
+
+func (k *kpngKube) Cleanup(t testing.TB, node *netlab.Node, stateFile string, cfg netlab.ProxyConfig) {
+	t.Helper()
+	if out, err := node.Run(netlab.KpngBinary(t), "file", "--input", stateFile, "to-local", "--node-name", node.Name, "to-"+k.backend, "--cleanup"); err != nil {
+		t.Fatalf("node %s: kpng to-%s --cleanup: %v\n%s", node.Name, k.backend, err, out)
+	}
 }
 
 func (k *kubeProxy) Name() string       { return "kube-proxy-" + k.mode }
@@ -96,14 +150,7 @@ func syncPeriodFlag(cfg netlab.ProxyConfig) []string {
 
 func (k *kubeProxy) Start(t testing.TB, node *netlab.Node, stateFile string, cfg netlab.ProxyConfig) *netlab.Process {
 	t.Helper()
-	k.mu.Lock()
-	m := k.mirrors[stateFile]
-	if m == nil {
-		m = startMirror(t, stateFile)
-		k.mirrors[stateFile] = m
-	}
-	k.mu.Unlock()
-	m.forward(t, node)
+	m := k.mirrors.forNode(t, node, stateFile)
 	return node.Start(t, k.argv(t, node, m.server.KubeconfigPath, cfg)...)
 }
 
