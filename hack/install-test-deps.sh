@@ -3,8 +3,9 @@
 # against, on a Debian machine that has Go:
 #
 #   - Debian packages: etcd-server (the API server's store), nftables,
-#     iptables, conntrack and iproute2 (the dataplane tests), and
-#     protobuf-compiler (hack/generate.sh);
+#     iptables, conntrack and iproute2 (the dataplane tests),
+#     protobuf-compiler (hack/generate.sh), and containerd (its ctr imports
+#     the image hack/image.sh builds);
 #   - kube-apiserver and kube-proxy, built from the Kubernetes module pinned in
 #     hack/tools/go.mod, into the git-ignored folder .cache/bin.
 #
@@ -23,7 +24,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tools="${root}/hack/tools"
 bin="${root}/.cache/bin"
 
-packages=(etcd-server nftables iptables conntrack iproute2 protobuf-compiler)
+packages=(etcd-server nftables iptables conntrack iproute2 protobuf-compiler containerd)
 binaries=(kube-apiserver kube-proxy)
 
 install_packages() {
