@@ -53,6 +53,7 @@ func backendCommands(nodeName func() string, runFeed feedRunner) []*cobra.Comman
 	for _, reg := range backend.Registered() {
 		plugin := reg.New()
 		var cleanup bool
+		removeKubeProxy := true
 		cmd := &cobra.Command{
 			Use:   "to-" + reg.Name,
 			Short: reg.Short,
@@ -66,16 +67,37 @@ func backendCommands(nodeName func() string, runFeed feedRunner) []*cobra.Comman
 				if node == "" {
 					return errors.New("--node-name is required (the host name could not be read)")
 				}
-				return runBackend(ctx, reg.Name, plugin, node, nil, runFeed)
+				var tune func(*backend.Options)
+				if removeKubeProxy {
+					tune = withKubeProxyRemoval(ctx)
+				}
+				return runBackend(ctx, reg.Name, plugin, node, tune, runFeed)
 			},
 		}
 		plugin.BindFlags(cmd.Flags())
+		cmd.Flags().BoolVar(&removeKubeProxy, "remove-kube-proxy-rules", removeKubeProxy,
+			"once kpng's rules are in place, remove kube-proxy's (every mode's), as kube-proxy does when its mode changes; false when kpng runs beside kube-proxy (--service-proxy-name)")
 		if _, ok := plugin.(backend.Cleaner); ok {
 			cmd.Flags().BoolVar(&cleanup, "cleanup", false, "remove everything this backend created in the kernel, then exit")
 		}
 		cmds = append(cmds, cmd)
 	}
 	return cmds
+}
+
+// withKubeProxyRemoval adds removeKubeProxyAfterFirstSync to a driver's
+// OnSync hook.
+func withKubeProxyRemoval(ctx context.Context) func(*backend.Options) {
+	hook := removeKubeProxyAfterFirstSync(ctx)
+	return func(o *backend.Options) {
+		prev := o.OnSync
+		o.OnSync = func(res backend.SyncResult) {
+			if prev != nil {
+				prev(res)
+			}
+			hook(res)
+		}
+	}
 }
 
 // runBackend opens plugin (whose flags are parsed) for node and drives it

@@ -120,6 +120,7 @@ A command line is a source of cluster state followed by a sink:
 	root.AddCommand(fileCommand())
 	root.AddCommand(kubeCommand())
 	root.AddCommand(apiCommand(), localCommand())
+	root.AddCommand(cleanupCommand())
 	kubeProxyCommandLine(root)
 	return root
 }

@@ -33,10 +33,18 @@ type proxyDeps struct {
 	// setupHost applies the process-wide start-up settings: logging,
 	// oom_score_adj, conntrack sysctls.
 	setupHost func(ctx context.Context, c *config.KubeProxyConfiguration) error
+	// cleanupOthers, if set, removes after --cleanup's own backend's rules
+	// every other proxy's: kpng's other backends and kube-proxy's modes.
+	cleanupOthers func(ctx context.Context) error
+	// kubeProxyRemoval, if set, returns the driver option that removes
+	// kube-proxy's rules once kpng's are in place.
+	kubeProxyRemoval func(ctx context.Context) func(*backend.Options)
 }
 
 func realProxyDeps() proxyDeps {
-	return proxyDeps{lookup: backend.Lookup, source: kubeSource, setupHost: setupHost}
+	return proxyDeps{lookup: backend.Lookup, source: kubeSource, setupHost: setupHost,
+		cleanupOthers:    func(ctx context.Context) error { return cleanupNode(ctx, true, true) },
+		kubeProxyRemoval: withKubeProxyRemoval}
 }
 
 const proxyLong = `Run as kube-proxy does, driven by a KubeProxyConfiguration file
@@ -191,7 +199,15 @@ func runProxy(ctx context.Context, fs *pflag.FlagSet, flags *proxyFlags, deps pr
 		if !ok {
 			return fmt.Errorf("--cleanup: backend %q cannot clean up", reg.Name)
 		}
-		return cleaner.Cleanup(ctx)
+		if err := cleaner.Cleanup(ctx); err != nil {
+			return err
+		}
+		// As kube-proxy --cleanup: every mode's rules go, kpng's other
+		// backends' and kube-proxy's too.
+		if deps.cleanupOthers != nil {
+			return deps.cleanupOthers(ctx)
+		}
+		return nil
 	}
 
 	// Logging first, so that what follows is logged as configured.
@@ -226,11 +242,18 @@ func runProxy(ctx context.Context, fs *pflag.FlagSet, flags *proxyFlags, deps pr
 	go func() { metricsDone <- serveMetrics(ctx, c, flagValues(fs)) }()
 
 	logger.Info("Starting kpng proxy", "mode", c.Mode, "backend", reg.Name, "node", node, "backendFlags", set)
+	removeKubeProxy := func(*backend.Options) {}
+	if deps.kubeProxyRemoval != nil {
+		removeKubeProxy = deps.kubeProxyRemoval(ctx)
+	}
 	runErr := runBackend(ctx, reg.Name, plugin, node,
 		func(o *backend.Options) {
 			// The configuration drives the runner, whatever the backend's
 			// own flags say.
 			o.MinSyncPeriod, o.ResyncPeriod = c.MinSyncPeriod, c.SyncPeriod
+			// As kube-proxy when its mode changes: the other proxy's
+			// rules go once this one's are in place.
+			removeKubeProxy(o)
 		},
 		func(ctx context.Context, drive func(context.Context, backend.Feed) error) error {
 			return run(ctx, src, stageFunc(func(ctx context.Context, store *cluster.Store) error {

@@ -77,7 +77,7 @@ func addProxyFlags(fs *pflag.FlagSet) *proxyFlags {
 
 	fs.StringVar(&f.configFile, "config", "", "the KubeProxyConfiguration file to read (kubeproxy.config.k8s.io/v1alpha1 or v1alpha2); flags given explicitly override it")
 	fs.StringVar(&f.writeConfigTo, "write-config-to", "", "write the configuration (the file, defaults and flags resolved) to this file as v1alpha2, then exit")
-	fs.BoolVar(&f.cleanup, "cleanup", false, "remove everything the mode's backend created in the kernel, then exit")
+	fs.BoolVar(&f.cleanup, "cleanup", false, "remove kpng's rules (every backend's) and kube-proxy's (every mode's) from the node, then exit, as kube-proxy --cleanup does")
 	fs.BoolVar(&f.initOnly, "init-only", false, "apply the settings that need full root privileges (conntrack sysctls, oom_score_adj), then exit")
 	fs.StringVar(&f.master, "master", "", "the address of the Kubernetes API server (overrides any value in kubeconfig)")
 
