@@ -42,6 +42,12 @@ type Options struct {
 	OnQueued func(state *State, changes Changes)
 	// OnSync, if set, is called after each sync with its outcome.
 	OnSync func(SyncResult)
+	// ResyncNow, if set, asks for a Resync as soon as MinSyncPeriod allows,
+	// instead of at the next ResyncPeriod: a backend that watches the
+	// kernel sends on it when its rules were changed behind its back, so
+	// that the repair takes milliseconds, not a sync period. Before the
+	// first sync it is ignored (the first sync writes everything anyway).
+	ResyncNow <-chan struct{}
 }
 
 // SyncResult describes one call of Sync.
@@ -71,6 +77,9 @@ type FullSyncReporter interface {
 	LastSyncFull() bool
 }
 
+// errResyncNow is the cause of a wait ended by Options.ResyncNow.
+var errResyncNow = errors.New("resync requested")
+
 // Run drives backend b from feed until ctx ends (returning nil) or the feed
 // fails (returning its error). A failing Sync is retried with backoff, with
 // Changes.Reset set, while changes keep accumulating; Run never gives up on
@@ -89,15 +98,42 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 	failures := 0
 	synced := false // a sync has succeeded
 
-	// next waits for the feed until deadline (none if zero). It reports
-	// whether the deadline passed; an error is the feed's or ctx's.
+	// next waits for the feed until deadline (none if zero), or a request
+	// on ResyncNow (which it records in pending). It reports whether the
+	// deadline passed; an error is the feed's or ctx's.
 	next := func(deadline time.Time) (bool, error) {
-		waitCtx, cancel := ctx, context.CancelFunc(func() {})
+		waitCtx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
 		if !deadline.IsZero() {
-			waitCtx, cancel = context.WithDeadline(ctx, deadline)
+			var cancelDeadline context.CancelFunc
+			waitCtx, cancelDeadline = context.WithDeadline(waitCtx, deadline)
+			defer cancelDeadline()
 		}
-		defer cancel()
+		var kicked, watching chan struct{}
+		if opts.ResyncNow != nil && state != nil {
+			kicked = make(chan struct{})
+			watching = make(chan struct{})
+			go func() {
+				defer close(watching)
+				select {
+				case <-opts.ResyncNow:
+					close(kicked)
+					cancel(errResyncNow)
+				case <-waitCtx.Done():
+				}
+			}()
+		}
 		st, ch, err := feed.Next(waitCtx)
+		cancel(nil) // stops the watcher; a request it took is in kicked
+		if kicked != nil {
+			<-watching
+			select {
+			case <-kicked:
+				pending.Resync = true
+				log.V(2).Info("Resync requested by the backend")
+			default:
+			}
+		}
 		switch {
 		case err == nil:
 			state, pending = st, merge(pending, ch)
@@ -107,6 +143,8 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 			return false, nil
 		case ctx.Err() != nil:
 			return false, ctx.Err()
+		case errors.Is(context.Cause(waitCtx), errResyncNow):
+			return false, nil
 		case waitCtx.Err() != nil && errors.Is(err, context.DeadlineExceeded):
 			return true, nil
 		}

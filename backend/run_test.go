@@ -461,3 +461,29 @@ func TestIncrementalAdapterSendsOnlyTheDifference(t *testing.T) {
 	step(func(tx *cluster.Tx) { tx.DeleteService("ns", "a") },
 		"del-ep a 10.0.0.1", "del-ep a 10.0.0.3", "del-svc a", "sync")
 }
+
+// A request on ResyncNow brings a Resync at once, long before ResyncPeriod,
+// and without a change of the view; the view is kept intact.
+func TestResyncNow(t *testing.T) {
+	store := cluster.NewStore()
+	rec := newRecorder()
+	kick := make(chan struct{}, 1)
+	start(t, store, rec, Options{ResyncPeriod: time.Hour, ResyncNow: kick})
+	store.Update(func(tx *cluster.Tx) { tx.SetService(service("a", "10.96.0.1")) })
+	store.MarkSynced()
+	if c := rec.next(t); !c.changes.Reset {
+		t.Fatalf("first sync: %+v", c)
+	}
+	for i := range 3 {
+		kick <- struct{}{}
+		c := rec.next(t)
+		if !c.changes.Resync || c.changes.Reset || len(c.changes.Set) != 0 || !slices.Equal(c.services, []string{"ns/a/v4"}) {
+			t.Fatalf("sync %d after a request: %+v", i, c)
+		}
+	}
+	// A change still arrives as a change after all that.
+	store.Update(func(tx *cluster.Tx) { tx.SetService(service("b", "10.96.0.2")) })
+	if c := rec.next(t); c.changes.Resync || len(c.changes.Set) != 1 {
+		t.Fatalf("change after the requests: %+v", c)
+	}
+}
