@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kpng/kpng/proxyutil/nfmonitor"
 )
 
 // runner applies restore input to one family's tables and reads them back.
@@ -62,8 +64,15 @@ func (r *execRunner) restore(ctx context.Context, data []byte) error {
 	// variant takes no lock and ignores both).
 	cmd := r.command(ctx, r.restoreCmd, "-w", strconv.Itoa(r.wait), "-W", "100000", "--noflush")
 	cmd.Stdin = bytes.NewReader(data)
-	out, err := cmd.CombinedOutput()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Start()
+	if err == nil {
+		nfmonitor.Started(cmd.Process.Pid) // its transaction is ours, not a change behind our back
+		err = cmd.Wait()
+	}
 	if err != nil {
+		out := out.Bytes()
 		return &restoreError{err: err, output: strings.TrimSpace(string(out)), lines: failedLines(data, out)}
 	}
 	return nil

@@ -43,6 +43,8 @@ type Plugin struct {
 	Config Config
 	// opts are the driver hooks Open prepared (metrics, health, conntrack).
 	opts backend.Options
+	// resyncNow is the opened backend's repair request (nil: none).
+	resyncNow chan struct{}
 }
 
 // BindFlags implements backend.Plugin.
@@ -52,6 +54,9 @@ func (p *Plugin) BindFlags(fs *pflag.FlagSet) { p.Config.BindFlags(fs) }
 func (p *Plugin) RunOptions() backend.Options {
 	o := p.opts
 	o.MinSyncPeriod, o.ResyncPeriod = p.Config.MinSyncPeriod, p.Config.SyncPeriod
+	if p.resyncNow != nil {
+		o.ResyncNow = p.resyncNow
+	}
 	return o
 }
 
@@ -112,6 +117,15 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, er
 	}
 	if err := p.startHelpers(ctx, b); err != nil {
 		return nil, err
+	}
+	p.resyncNow = nil
+	if !cfg.DryRun && v.name == "nft" {
+		b.resyncNow = make(chan struct{}, 1)
+		if err := b.watchKernel(ctx); err != nil {
+			b.resyncNow = nil
+			log.Info("Cannot watch the iptables rules; repairs wait for the periodic sync", "err", err)
+		}
+		p.resyncNow = b.resyncNow
 	}
 	return b, nil
 }
@@ -225,6 +239,8 @@ type Backend struct {
 	proxiers []*proxier
 	// lastFull: the last Sync rewrote a family's tables in full.
 	lastFull bool
+	// resyncNow is the driver's ResyncNow, for watchKernel.
+	resyncNow chan struct{}
 }
 
 // LastSyncFull implements backend.FullSyncReporter: whether the last Sync

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -42,6 +43,9 @@ type proxier struct {
 	nodePortIPs  []netip.Addr
 	// needFull: the record may not match the kernel (a failed restore).
 	needFull bool
+	// repair: the kernel reported a change behind kpng's back; the next
+	// Resync rewrites everything (see watchKernel).
+	repair atomic.Bool
 	// totals sums the counts of the services in the record.
 	totals rendered
 	// lastFull is when the last full sync succeeded; now is the clock.
@@ -98,6 +102,9 @@ func (p *proxier) name() string {
 // chains.
 func (p *proxier) sync(ctx context.Context, state *backend.State, changes backend.Changes) (syncResult, error) {
 	full := changes.Reset || changes.NodeChanged || p.needFull
+	if changes.Resync && p.repair.Swap(false) {
+		full = true
+	}
 	if changes.Resync && !full {
 		full = p.cfg.FullSyncPeriod == 0 || p.now().Sub(p.lastFull) >= p.cfg.FullSyncPeriod
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/knftables"
+
+	"github.com/kpng/kpng/proxyutil/nfmonitor"
 )
 
 // nftCommand runs transactions with the nft command, as knftables does,
@@ -32,7 +34,12 @@ func (n nftCommand) Run(ctx context.Context, tx *knftables.Transaction) error {
 	cmd.Stdin = strings.NewReader(mergeElements(text))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
+	err := cmd.Start()
+	if err == nil {
+		nfmonitor.Started(cmd.Process.Pid) // its transaction is ours, not a change behind our back
+		err = cmd.Wait()
+	}
+	if err != nil {
 		msg := strings.TrimSpace(stderr.String())
 		if len(msg) > maxErrorBytes {
 			// nft repeats each failing command with its error: a refused

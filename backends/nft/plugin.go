@@ -227,15 +227,26 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, er
 		return nil, err
 	}
 	p.opts = opts
+	if !p.Config.DryRun {
+		b.watch.resyncNow = make(chan struct{}, 1)
+		if err := b.watchKernel(ctx); err != nil {
+			b.watch.resyncNow = nil
+			b.log.Info("Cannot watch the nftables tables; repairs wait for the periodic check", "err", err)
+		}
+	}
 	return b, nil
 }
 
 // RunOptions implements backend.Tuner.
 func (p *Plugin) RunOptions() backend.Options {
-	if p.opts.ResyncPeriod == 0 {
-		return backend.Options{MinSyncPeriod: p.Config.MinSyncPeriod, ResyncPeriod: p.Config.SyncPeriod}
+	opts := p.opts
+	if opts.ResyncPeriod == 0 {
+		opts = backend.Options{MinSyncPeriod: p.Config.MinSyncPeriod, ResyncPeriod: p.Config.SyncPeriod}
 	}
-	return p.opts
+	if p.backend != nil && p.backend.watch.resyncNow != nil {
+		opts.ResyncNow = p.backend.watch.resyncNow
+	}
+	return opts
 }
 
 // Cleanup implements backend.Cleaner: it deletes the tables.

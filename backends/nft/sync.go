@@ -32,6 +32,10 @@ type Backend struct {
 	Last []SyncStats
 	// full: the last sync was a full one in some table.
 	full bool
+	// watch hears of changes made behind the backend's back; repairing
+	// is set during a Sync that repairs what it reported.
+	watch     kernelWatch
+	repairing bool
 }
 
 // SyncStats describes the transaction one sync ran on one table.
@@ -67,6 +71,8 @@ func (b *Backend) Sync(ctx context.Context, state *backend.State, changes backen
 	}
 	b.Last = b.Last[:0]
 	b.full = false
+	// A change the kernel reported: this Resync reads every table back.
+	b.repairing = changes.Resync && b.watch.repair.Swap(false)
 	var errs []error
 	for _, t := range b.tables {
 		st, err := b.syncTable(ctx, t, state, changes)
@@ -179,7 +185,7 @@ func (b *Backend) syncTable(ctx context.Context, t *table, state *backend.State,
 // finds the table changed behind kpng's back. Otherwise the periodic sync
 // is an incremental one (it still deletes stale chains).
 func (b *Backend) fullResync(ctx context.Context, t *table, now time.Time) bool {
-	if b.cfg.FullSyncPeriod <= 0 || now.Sub(t.lastFull) >= b.cfg.FullSyncPeriod {
+	if b.cfg.FullSyncPeriod <= 0 || now.Sub(t.lastFull) >= b.cfg.FullSyncPeriod || b.repairing {
 		return true
 	}
 	problem, err := t.checkFixed(ctx)

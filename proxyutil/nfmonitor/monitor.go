@@ -74,8 +74,14 @@ func Started(pid int) {
 	ownWriters.pids[uint32(pid)] = now
 }
 
+// isOwn reports whether pid committed on this process's behalf. The
+// kernel reports the committing task, a thread id: a write through netlink
+// from any of this process's threads is ours.
 func isOwn(pid uint32) bool {
 	if pid == uint32(os.Getpid()) {
+		return true
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", pid)); err == nil {
 		return true
 	}
 	ownWriters.Lock()
