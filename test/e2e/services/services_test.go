@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -740,50 +741,122 @@ func TestNodePortAddresses(t *testing.T) {
 	})
 }
 
-// TestRepair: tables deleted behind the proxy's back (here: every firewall
-// rule of the node, nftables and iptables alike) are rebuilt by the
-// periodic sync, or sooner.
+// TestRepair damages the rules of node-1's proxy behind its back, as an
+// admin or another tool might (everything wiped, one chain flushed, one rule
+// deleted), and checks that the proxy repairs them. The proxy is paused
+// (SIGSTOP) while the damage is done, so that the test can see the damage
+// in place before the proxy may react; its periodic sync is a minute away,
+// so a repair within seconds is the kernel's notification at work (kpng's
+// backends; upstream kube-proxy, run as a reference, gets its periodic
+// sync at 2 s instead and the time it needs).
 func TestRepair(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b netlab.Backend) {
 		var web *corev1.Service
 		cfg := defaultConfig()
-		cfg.SyncPeriod = 2 * time.Second
+		cfg.SyncPeriod = time.Minute
+		within := 10 * time.Second // far below the periodic sync
+		if strings.HasPrefix(b.Name(), "kube-proxy-") {
+			cfg.SyncPeriod = 2 * time.Second
+			within = 3*cfg.SyncPeriod + settle
+		}
 		c := startCluster(t, b, cfg, func(l *netlab.Lab, s *netlab.State) {
 			web = s.AddService("web", netlab.TCPPort("tcp", 80, targetPort), netlab.UDPPort("udp", 80, targetPort))
 			s.SetEndpoints(web, netlab.Ready(l.Pod("pod-c"))...)
 		})
 		podA, n1 := c.pod("pod-a"), c.node("node-1")
-		for _, fam := range families {
-			netlab.Eventually(t, settle, dialer(&podA.Host, netlab.TCP, netlab.ClusterIP(web, fam, 80), answerTimeout), netlab.Answered("pod-c"))
-		}
-		wipeFirewall(t, n1)
-		if rules := firewallRules(t, n1); len(rules) > 0 {
-			t.Fatalf("wipe left rules:\n%s", join(rules))
-		}
-		start := time.Now()
-		for _, fam := range families {
-			for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
-				netlab.Eventually(t, 3*cfg.SyncPeriod+settle, dialer(&podA.Host, proto, netlab.ClusterIP(web, fam, 80), answerTimeout), netlab.Answered("pod-c"))
+		answers := func(within time.Duration) {
+			t.Helper()
+			for _, fam := range families {
+				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
+					netlab.Eventually(t, within, dialer(&podA.Host, proto, netlab.ClusterIP(web, fam, 80), answerTimeout), netlab.Answered("pod-c"))
+				}
 			}
 		}
-		t.Logf("repaired within %v", time.Since(start).Round(time.Millisecond))
+		answers(settle)
+		proc := c.procs[n1]
+		for _, dmg := range damages(b.Name()) {
+			t.Run(dmg.name, func(t *testing.T) {
+				before := firewallRules(t, n1)
+				if err := syscall.Kill(proc.Pid(), syscall.SIGSTOP); err != nil {
+					t.Fatal(err)
+				}
+				stopped := true
+				defer func() {
+					if stopped {
+						syscall.Kill(proc.Pid(), syscall.SIGCONT)
+					}
+				}()
+				for _, argv := range dmg.argv {
+					if out, err := n1.Run(argv...); err != nil {
+						t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+					}
+				}
+				if after := firewallRules(t, n1); len(after) >= len(before) {
+					t.Fatalf("the damage removed no rule: %d rules before, %d after", len(before), len(after))
+				}
+				start := time.Now()
+				if err := syscall.Kill(proc.Pid(), syscall.SIGCONT); err != nil {
+					t.Fatal(err)
+				}
+				stopped = false
+				// Every rule is back (polling the kernel, which has no
+				// event to wait on here), and traffic flows.
+				deadline := time.Now().Add(within)
+				for {
+					after := firewallRules(t, n1)
+					if len(after) == len(before) {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("%d rules before the damage, %d after the repair", len(before), len(after))
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				t.Logf("repaired within %v", time.Since(start).Round(time.Millisecond))
+				answers(settle)
+			})
+		}
 	})
 }
 
-// wipeFirewall deletes every nftables table and every iptables rule and
-// chain of node n, as an admin or another tool might.
-func wipeFirewall(t *testing.T, n *netlab.Node) {
-	t.Helper()
-	if _, err := n.Run("nft", "flush", "ruleset"); err != nil {
-		t.Fatal(err)
-	}
+type damage struct {
+	name string
+	argv [][]string
+}
+
+// damages returns what TestRepair does to the rules of backend name.
+func damages(name string) []damage {
+	wipe := damage{name: "everything-wiped", argv: [][]string{{"nft", "flush", "ruleset"}}}
 	for _, cmd := range []string{"iptables", "ip6tables"} {
 		for _, table := range []string{"nat", "filter", "mangle"} {
 			for _, op := range []string{"-F", "-X"} {
-				if _, err := n.Run(cmd, "-w", "5", "-t", table, op); err != nil {
-					t.Fatal(err)
-				}
+				wipe.argv = append(wipe.argv, []string{cmd, "-w", "5", "-t", table, op})
 			}
+		}
+	}
+	switch {
+	case strings.Contains(name, "iptables"):
+		chain := "KPNG-SERVICES"
+		if strings.HasPrefix(name, "kube-proxy-") {
+			chain = "KUBE-SERVICES"
+		}
+		return []damage{
+			wipe,
+			{name: "nat-table-flushed", argv: [][]string{{"iptables", "-w", "5", "-t", "nat", "-F"}, {"ip6tables", "-w", "5", "-t", "nat", "-F"}}},
+			{name: "chain-flushed", argv: [][]string{{"iptables", "-w", "5", "-t", "nat", "-F", chain}}},
+			{name: "jump-deleted", argv: [][]string{{"ip6tables", "-w", "5", "-t", "nat", "-D", "PREROUTING", "1"}, {"ip6tables", "-w", "5", "-t", "nat", "-D", "OUTPUT", "1"}}},
+		}
+	default:
+		table := "kpng"
+		if strings.HasPrefix(name, "kube-proxy-") {
+			table = "kube-proxy"
+		}
+		return []damage{
+			wipe,
+			{name: "table-deleted", argv: [][]string{{"nft", "delete", "table", "ip", table}}},
+			{name: "chain-flushed", argv: [][]string{{"nft", "flush", "chain", "ip6", table, "services"}}},
+			{name: "rule-deleted", argv: [][]string{{"sh", "-c", "nft delete rule ip " + table + " nat-prerouting handle " +
+				"$(nft -a list chain ip " + table + " nat-prerouting | grep -o 'handle [0-9]*' | tail -n 1 | cut -d ' ' -f 2)"}}},
 		}
 	}
 }
