@@ -1,0 +1,188 @@
+//go:build e2e
+
+package services
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kpng/kpng/test/e2e/netlab"
+)
+
+// TestMigration follows docs/migrating-from-kube-proxy.md on every node of
+// a cluster that upstream kube-proxy serves, under constant probe traffic:
+// stop kube-proxy (its rules stay and keep serving), start kpng proxy with
+// kube-proxy's own command line, and kpng removes kube-proxy's rules once
+// its own are in place. Then the rollback: stop kpng, start kube-proxy
+// again, and once it has synced, `kpng cleanup --kube-proxy=false`. No
+// probe may fail either way, and neither proxy's rules may be left behind.
+func TestMigration(t *testing.T) {
+	for _, mode := range []string{"nftables", "iptables"} {
+		t.Run(mode, func(t *testing.T) {
+			kp := referenceBackend(t, "kube-proxy-"+mode).(*kubeProxy)
+			var web, np *corev1.Service
+			c := startCluster(t, kp, defaultConfig(), func(l *netlab.Lab, s *netlab.State) {
+				web = s.AddService("web", netlab.TCPPort("tcp", 80, targetPort), netlab.UDPPort("udp", 80, targetPort))
+				s.SetEndpoints(web, netlab.Ready(l.Pod("pod-b"), l.Pod("pod-c"))...)
+				np = s.AddService("np", netlab.TCPPort("tcp", 80, targetPort))
+				nodePorts(np, 30082)
+				s.SetEndpoints(np, netlab.Ready(l.Pod("pod-a"), l.Pod("pod-c"))...)
+			})
+			podA, ext := c.pod("pod-a"), c.lab.External
+			var probes []migrationProbe
+			for _, fam := range families {
+				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
+					probes = append(probes, migrationProbe{fmt.Sprintf("%s %s pod-a -> ClusterIP", ipv(fam), proto), dialer(&podA.Host, proto, netlab.ClusterIP(web, fam, 80), answerTimeout)})
+				}
+				for _, n := range c.lab.Nodes {
+					probes = append(probes, migrationProbe{fmt.Sprintf("%s TCP external -> NodePort of %s", ipv(fam), n.Name), dialer(ext, netlab.TCP, netip.AddrPortFrom(n.Addr(fam), 30082), answerTimeout)})
+				}
+			}
+			for _, p := range probes {
+				netlab.Eventually(t, settle, p.dial, netlab.Answered())
+			}
+			run := startProbes(probes)
+
+			kpngArgv := func(n *netlab.Node) []string {
+				m := kp.mirrors.forNode(t, n, c.state.Path)
+				argv := kp.argv(t, n, m.server.KubeconfigPath, c.cfg)
+				return append([]string{netlab.KpngBinary(t), "proxy"}, argv[1:]...)
+			}
+
+			// kube-proxy -> kpng, node by node.
+			for _, n := range c.lab.Nodes {
+				if err := c.procs[n].Stop(); err != nil {
+					t.Fatal(err)
+				}
+				p := n.Start(t, kpngArgv(n)...)
+				p.WaitOutput(t, "Dataplane synced", firstSyncTimeout)
+				p.WaitOutput(t, "Removed kube-proxy's rules", syncTimeout)
+				c.procs[n] = p
+			}
+			for _, n := range c.lab.Nodes {
+				// KUBE-FIREWALL is the kubelet's chain, which kube-proxy's
+				// iptables mode also writes and its own cleanup keeps.
+				if left := without(rulesMatching(t, n, "kube-proxy", "KUBE-"), "KUBE-FIREWALL"); len(left) > 0 {
+					t.Errorf("node %s: kube-proxy's rules left after kpng took over:\n%s", n.Name, join(left))
+				}
+			}
+
+			// kpng -> kube-proxy (rollback), node by node.
+			for _, n := range c.lab.Nodes {
+				if err := c.procs[n].Stop(); err != nil {
+					t.Fatal(err)
+				}
+				m := kp.mirrors.forNode(t, n, c.state.Path)
+				p := n.Start(t, kp.argv(t, n, m.server.KubeconfigPath, c.cfg)...)
+				// kube-proxy syncs each family on its own: kpng's rules go
+				// once both of kube-proxy's are in place.
+				p.WaitOutput(t, `"SyncProxyRules complete" ipFamily="IPv4"`, firstSyncTimeout)
+				p.WaitOutput(t, `"SyncProxyRules complete" ipFamily="IPv6"`, firstSyncTimeout)
+				c.procs[n] = p
+				if out, err := n.Run(netlab.KpngBinary(t), "cleanup", "--kube-proxy=false"); err != nil {
+					t.Fatalf("node %s: kpng cleanup --kube-proxy=false: %v\n%s", n.Name, err, out)
+				}
+			}
+			for _, n := range c.lab.Nodes {
+				if left := rulesMatching(t, n, "kpng", "KPNG-"); len(left) > 0 {
+					t.Errorf("node %s: kpng's rules left after the rollback:\n%s", n.Name, join(left))
+				}
+				if kube := rulesMatching(t, n, "kube-proxy", "KUBE-"); len(kube) == 0 {
+					t.Errorf("node %s: no kube-proxy rule after the rollback: did kpng cleanup remove them?", n.Name)
+				}
+			}
+
+			// Probes keep going until both migrations are done, and a
+			// little after: each must have answered all along.
+			for _, p := range probes {
+				netlab.Eventually(t, settle, p.dial, netlab.Answered())
+			}
+			sent, failures := run.stop()
+			total := 0
+			for _, p := range probes {
+				total += sent[p.name]
+				if fs := failures[p.name]; len(fs) > 0 {
+					t.Errorf("%s: %d of %d probes failed, first: %v", p.name, len(fs), sent[p.name], fs[0])
+				}
+			}
+			t.Logf("kube-proxy %s -> kpng -> kube-proxy on %d nodes: %d probes", mode, len(c.lab.Nodes), total)
+		})
+	}
+}
+
+type migrationProbe struct {
+	name string
+	dial func() netlab.Result
+}
+
+// probeRun sends each probe every 20 ms until stop.
+type probeRun struct {
+	mu       sync.Mutex
+	sent     map[string]int
+	failures map[string][]netlab.Result
+	done     chan struct{}
+	wg       sync.WaitGroup
+}
+
+func startProbes(probes []migrationProbe) *probeRun {
+	r := &probeRun{sent: map[string]int{}, failures: map[string][]netlab.Result{}, done: make(chan struct{})}
+	for _, p := range probes {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			tick := time.NewTicker(20 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-r.done:
+					return
+				case <-tick.C:
+				}
+				res := p.dial()
+				r.mu.Lock()
+				r.sent[p.name]++
+				if res.Outcome != netlab.OK {
+					r.failures[p.name] = append(r.failures[p.name], res)
+				}
+				r.mu.Unlock()
+			}
+		}()
+	}
+	return r
+}
+
+func (r *probeRun) stop() (map[string]int, map[string][]netlab.Result) {
+	close(r.done)
+	r.wg.Wait()
+	return r.sent, r.failures
+}
+
+// without returns the rules that do not mention s.
+func without(rules []string, s string) []string {
+	var out []string
+	for _, r := range rules {
+		if !strings.Contains(r, s) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// rulesMatching returns node n's firewall rules whose nftables table is
+// called table, or whose text names a chain starting with chainPrefix.
+func rulesMatching(t *testing.T, n *netlab.Node, table, chainPrefix string) []string {
+	t.Helper()
+	var out []string
+	for _, r := range firewallRules(t, n) {
+		if strings.HasPrefix(r, "nft ip "+table+" ") || strings.HasPrefix(r, "nft ip6 "+table+" ") || strings.Contains(r, chainPrefix) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
