@@ -2,10 +2,9 @@ package client
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
+	"net"
 	"strings"
 	"time"
 
@@ -15,6 +14,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/kpng/kpng/backend"
+
+	"github.com/kpng/kpng/internal/tlsfiles"
 )
 
 // Option configures a client.
@@ -89,6 +90,15 @@ func dial(target string, o options) (*grpc.ClientConn, error) {
 	default:
 		switch {
 		case o.tls != nil:
+			if o.tls.ServerName == "" {
+				// What gRPC would check anyway, set where TLSConfig's
+				// own verification (which follows a rotating CA) reads it.
+				host, _, err := net.SplitHostPort(strings.TrimPrefix(target, "tcp://"))
+				if err != nil {
+					return nil, fmt.Errorf("dial %s: %w", target, err)
+				}
+				o.tls.ServerName = host
+			}
 			dopts = append(dopts, grpc.WithTransportCredentials(credentials.NewTLS(o.tls)))
 		case o.insecure:
 			dopts = append(dopts, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -111,22 +121,16 @@ func dial(target string, o options) (*grpc.ClientConn, error) {
 // key (the server requires one), and the CA that the server's certificate
 // must chain to. serverName overrides the name checked in the server's
 // certificate ("" means the target's host).
+//
+// The files are read again at a handshake after they changed, so the
+// client certificate and the CA rotate without a restart.
 func TLSConfig(certFile, keyFile, caFile, serverName string) (*tls.Config, error) {
 	if certFile == "" || keyFile == "" || caFile == "" {
 		return nil, errors.New("TLS needs a client certificate, its key, and the server's CA")
 	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	files, err := tlsfiles.Load(certFile, keyFile, caFile)
 	if err != nil {
 		return nil, fmt.Errorf("loading the client certificate: %w", err)
 	}
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("reading CA %s: %w", caFile, err)
-	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, ServerName: serverName, MinVersion: tls.VersionTLS12}
-	cfg.RootCAs = x509.NewCertPool()
-	if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("CA %s: no PEM certificate", caFile)
-	}
-	return cfg, nil
+	return files.ClientConfig(serverName), nil
 }

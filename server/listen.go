@@ -2,7 +2,6 @@ package server
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +11,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+
+	"github.com/kpng/kpng/internal/tlsfiles"
 )
 
 // ListenOptions say how to secure a listening address.
@@ -127,36 +128,16 @@ func (l *unixListener) Addr() net.Addr { return &net.UnixAddr{Name: l.path, Net:
 
 // ServerTLS returns the TLS configuration of a TCP server: its certificate
 // and key, and the CA that client certificates must chain to (a client
-// without a valid certificate is refused during the handshake).
+// without a valid certificate is refused during the handshake). The files
+// are read again at a handshake after they changed, so certificates and CA
+// rotate without a restart (a Secret volume's update, say).
 func ServerTLS(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
 	if certFile == "" || keyFile == "" || clientCAFile == "" {
 		return nil, errors.New("TLS needs a certificate, its key, and a client CA")
 	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	files, err := tlsfiles.Load(certFile, keyFile, clientCAFile)
 	if err != nil {
 		return nil, fmt.Errorf("loading the server certificate: %w", err)
 	}
-	pool, err := LoadCertPool(clientCAFile)
-	if err != nil {
-		return nil, err
-	}
-	return &tls.Config{
-		Certificates: []tls.Certificate{cert},
-		ClientCAs:    pool,
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		MinVersion:   tls.VersionTLS12,
-	}, nil
-}
-
-// LoadCertPool reads PEM certificates into a pool.
-func LoadCertPool(file string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("reading CA %s: %w", file, err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("CA %s: no PEM certificate", file)
-	}
-	return pool, nil
+	return files.ServerConfig(), nil
 }
