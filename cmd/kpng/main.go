@@ -121,6 +121,7 @@ A command line is a source of cluster state followed by a sink:
 	root.AddCommand(kubeCommand())
 	root.AddCommand(apiCommand(), localCommand())
 	root.AddCommand(cleanupCommand())
+	root.AddCommand(certsCommand())
 	kubeProxyCommandLine(root)
 	return root
 }
