@@ -25,7 +25,7 @@ import (
 func TestMigration(t *testing.T) {
 	for _, mode := range []string{"nftables", "iptables"} {
 		t.Run(mode, func(t *testing.T) {
-			kp := referenceBackend(t, "kube-proxy-"+mode).(*kubeProxy)
+			kp := netlab.KubeProxy(mode)
 			var web, np *corev1.Service
 			c := startCluster(t, kp, defaultConfig(), func(l *netlab.Lab, s *netlab.State) {
 				web = s.AddService("web", netlab.TCPPort("tcp", 80, targetPort), netlab.UDPPort("udp", 80, targetPort))
@@ -50,8 +50,8 @@ func TestMigration(t *testing.T) {
 			run := startProbes(probes)
 
 			kpngArgv := func(n *netlab.Node) []string {
-				m := kp.mirrors.forNode(t, n, c.state.Path)
-				argv := kp.argv(t, n, m.server.KubeconfigPath, c.cfg)
+				m := kp.Mirrors.ForNode(t, n, c.state.Path)
+				argv := kp.Argv(t, n, m.Server.KubeconfigPath, c.cfg)
 				return append([]string{netlab.KpngBinary(t), "proxy"}, argv[1:]...)
 			}
 
@@ -78,8 +78,8 @@ func TestMigration(t *testing.T) {
 				if err := c.procs[n].Stop(); err != nil {
 					t.Fatal(err)
 				}
-				m := kp.mirrors.forNode(t, n, c.state.Path)
-				p := n.Start(t, kp.argv(t, n, m.server.KubeconfigPath, c.cfg)...)
+				m := kp.Mirrors.ForNode(t, n, c.state.Path)
+				p := n.Start(t, kp.Argv(t, n, m.Server.KubeconfigPath, c.cfg)...)
 				// kube-proxy syncs each family on its own: kpng's rules go
 				// once both of kube-proxy's are in place.
 				p.WaitOutput(t, `"SyncProxyRules complete" ipFamily="IPv4"`, firstSyncTimeout)
