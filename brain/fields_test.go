@@ -1,6 +1,7 @@
 package brain
 
 import (
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -97,6 +98,28 @@ func TestServiceFieldRules(t *testing.T) {
 		}
 		if got := v4(svc(etpLocal, svcType(globalv1.ServiceType_NODE_PORT))).ExternalTrafficPolicy; got != localv1.TrafficPolicy_LOCAL {
 			t.Errorf("NodePort: %v", got)
+		}
+	})
+	t.Run("with AllowServiceExternalIPs off, external IPs get no rules but still make the service externally accessible", func(t *testing.T) {
+		in := svc(externalIPs("192.0.2.1"), etpLocal, itpLocal)
+		views := ServiceView(in, []*globalv1.EndpointSlice{slice("s1", ep("10.0.0.1"))}, Node{Name: "me"}, Options{NodeName: "me", ExternalIPsDisabled: true})
+		if len(views) == 0 {
+			t.Fatalf("no view")
+		}
+		s := views[0].Service
+		if len(s.ExternalIps) != 0 {
+			t.Errorf("external IPs = %v, want none", s.ExternalIps)
+		}
+		if s.ExternalTrafficPolicy != localv1.TrafficPolicy_LOCAL {
+			t.Errorf("external policy %v, want LOCAL (the service is still externally accessible)", s.ExternalTrafficPolicy)
+		}
+		// Internal policy Local, but the port is externally accessible:
+		// it uses the cluster set too, so the remote endpoint is in it.
+		if eps := views[0].Endpoints; len(eps) != 1 || !eps[0].InClusterSet || !s.Ports[0].HasEndpoints {
+			t.Errorf("endpoints %v, want 10.0.0.1 in the cluster set", eps)
+		}
+		if on := v4(in); !slices.Equal(on.ExternalIps, []string{"192.0.2.1"}) {
+			t.Errorf("gate on (default): external IPs = %v", on.ExternalIps)
 		}
 	})
 	t.Run("the view does not alias the input", func(t *testing.T) {

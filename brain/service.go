@@ -28,6 +28,11 @@ type Options struct {
 	// its value: kube-proxy selects "label does not exist", so a label with
 	// an empty value is another proxy's too.
 	ServiceProxyName string
+	// ExternalIPsDisabled is kube-proxy's AllowServiceExternalIPs feature
+	// gate turned off: no Service's spec.externalIPs are in the view. As
+	// upstream, they still make a Service and its ports externally
+	// accessible, which decides the traffic policies.
+	ExternalIPsDisabled bool
 }
 
 // Node is what the brain reads of this node: its topology zone.
@@ -71,7 +76,7 @@ func ServiceView(svc *globalv1.Service, slices []*globalv1.EndpointSlice, node N
 	}
 	var out []*localv1.ServiceEndpoints
 	for _, family := range Families {
-		if se := familyView(svc, slices, family, node); se != nil {
+		if se := familyView(svc, slices, family, node, opts); se != nil {
 			out = append(out, se)
 		}
 	}
@@ -79,7 +84,7 @@ func ServiceView(svc *globalv1.Service, slices []*globalv1.EndpointSlice, node N
 }
 
 // familyView is what upstream's proxier for one family sees of a Service.
-func familyView(svc *globalv1.Service, eps []*globalv1.EndpointSlice, family localv1.IPFamily, node Node) *localv1.ServiceEndpoints {
+func familyView(svc *globalv1.Service, eps []*globalv1.EndpointSlice, family localv1.IPFamily, node Node, opts Options) *localv1.ServiceEndpoints {
 	clusterIP := ""
 	for _, ip := range svc.ClusterIps {
 		if familyOf(ip) == family {
@@ -137,6 +142,11 @@ func familyView(svc *globalv1.Service, eps []*globalv1.EndpointSlice, family loc
 		s.HealthCheckNodePort = svc.HealthCheckNodePort
 	}
 
+	familyExternalIPs := s.ExternalIps
+	if opts.ExternalIPsDisabled {
+		s.ExternalIps = nil
+	}
+
 	byPort := mergeSlices(eps, family, node)
 	view := &localv1.ServiceEndpoints{Service: s}
 	for _, p := range svc.Ports {
@@ -148,8 +158,9 @@ func familyView(svc *globalv1.Service, eps []*globalv1.EndpointSlice, family loc
 			TargetPort:     p.TargetPort,
 			TargetPortName: p.TargetPortName,
 		}
-		// Per port and family, as upstream's BaseServicePortInfo.
-		portExternallyAccessible := p.NodePort != 0 || len(s.LoadBalancerIps) > 0 || len(s.ExternalIps) > 0
+		// Per port and family, as upstream's BaseServicePortInfo: the
+		// family's external IPs count even when the gate hides them.
+		portExternallyAccessible := p.NodePort != 0 || len(s.LoadBalancerIps) > 0 || len(familyExternalIPs) > 0
 		policy := portPolicy{
 			usesCluster: !internalPolicyLocal || portExternallyAccessible,
 			usesLocal:   internalPolicyLocal || (externalPolicyLocal && portExternallyAccessible),
