@@ -5,7 +5,7 @@
 # DaemonSet), on one Debian machine, as root, pulling from no registry:
 #
 #   hack/e2e-node.sh [--proxy kpng|kube-proxy] [--backend nft|iptables]
-#                    [--focus RE] [--skip RE] [--nodes N] [--smoke]
+#                    [--split] [--focus RE] [--skip RE] [--nodes N] [--smoke]
 #                    [--record] [--keep] [--build-only]
 #
 # What it starts, each process in network namespaces of its own (named
@@ -40,9 +40,10 @@
 # e2e.test 4 min, containerd 1.5 min, the agnhost image's Debian packages
 # 3.5 min (on 2 busy cores).
 #
-# Not yet: --split (the brain and agents of deploy/split), cluster DNS (no
-# CoreDNS: specs that reach a Service by name fail for every proxy; see
-# docs/conformance.md).
+# --split deploys deploy/split instead: the brain on n1 (labelled
+# control-plane), an agent on every node, certificates from kpng certs.
+# CoreDNS (built with go install, cached) serves cluster.local at
+# 10.96.0.10, as kubeadm's does, so specs reach Services by name.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -50,6 +51,8 @@ cache="${root}/.cache/node"
 bin="${cache}/bin"
 K8S_VERSION=v1.36.3 # must match hack/node/go.mod
 CONTAINERD_VERSION=v2.4.2
+COREDNS_VERSION=v1.14.7
+DNS_IP=10.96.0.10
 
 proxy=kpng backend=nft focus='\[sig-network\] Services' skip='\[Disruptive\]|SCTP|\[Feature:' nodes=2
 smoke=0 record=0 keep=0 build_only=0 split=0
@@ -65,14 +68,14 @@ while (($#)); do
 	--record) record=1; shift ;;
 	--keep) keep=1; shift ;;
 	--build-only) build_only=1; shift ;;
-	-h | --help) sed -n '2,48p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "e2e-node.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
 case "${proxy}/${backend}" in kpng/nft | kpng/iptables | kube-proxy/nft | kube-proxy/iptables) ;;
 *) echo "e2e-node.sh: --proxy kpng|kube-proxy, --backend nft|iptables" >&2; exit 2 ;;
 esac
-((split == 0)) || { echo "e2e-node.sh: --split is not implemented yet" >&2; exit 2; }
+((split == 0)) || [[ ${proxy} == kpng ]] || { echo "e2e-node.sh: --split is kpng's (deploy/split)" >&2; exit 2; }
 ((nodes >= 1 && nodes <= 9)) || { echo "e2e-node.sh: --nodes 1..9" >&2; exit 2; }
 
 t0=${SECONDS}
@@ -152,6 +155,18 @@ build() {
 		printf '%s' "${cstamp}" >"${bin}/containerd.stamp"
 		log "built containerd in $((SECONDS - s))s"
 	fi
+	# CoreDNS, the cluster DNS kubeadm installs: upstream's tests reach
+	# Services by name.
+	local dstamp="coredns ${COREDNS_VERSION} $(go env GOVERSION)"
+	if ! [[ -x "${bin}/coredns" && "$(cat "${bin}/coredns.stamp" 2>/dev/null)" == "${dstamp}" ]]; then
+		log "building CoreDNS ${COREDNS_VERSION}"
+		s=${SECONDS}
+		(cd "${tmp}" && GOBIN="${tmp}" CGO_ENABLED=0 GOFLAGS=-trimpath go install \
+			"github.com/coredns/coredns@${COREDNS_VERSION}") || { rm -rf "${tmp}"; die "CoreDNS build failed"; }
+		mv -f "${tmp}/coredns" "${bin}/coredns"
+		printf '%s' "${dstamp}" >"${bin}/coredns.stamp"
+		log "built CoreDNS in $((SECONDS - s))s"
+	fi
 	rm -rf "${tmp}"
 	build_images
 }
@@ -194,6 +209,9 @@ build_images() {
 	# pause: the sandbox image, one static binary.
 	"${bin}/mkimage" --output "${img}/pause.tar" --name "${pause_image}" \
 		--entrypoint /pause "${bin}/pause=/pause"
+	coredns_image="kpng.local/coredns:${COREDNS_VERSION}"
+	"${bin}/mkimage" --output "${img}/coredns.tar" --name "${coredns_image}" \
+		--entrypoint /coredns "${bin}/coredns=/coredns"
 	# agnhost: the binary, plus the shell tools the tests exec in it (the
 	# upstream image is Alpine with curl, nc, ip...), from Debian packages,
 	# assembled by hack/image (which puts its binary at /usr/local/bin/kpng
@@ -454,7 +472,7 @@ node_up() {
 	start "n${i}-containerd" in_node "${i}" env PATH="${bin}:${PATH}" "${bin}/containerd" --config "${d}/containerd.toml"
 	wait_for "containerd on n${i}" 60 in_node "${i}" "${bin}/ctr" --address "${d}/containerd.sock" version
 	local t
-	for t in pause agnhost kpng kube-proxy; do
+	for t in pause agnhost coredns kpng kube-proxy; do
 		in_node "${i}" "${bin}/ctr" --address "${d}/containerd.sock" -n k8s.io images import \
 			"${cache}/images/${t}.tar" >/dev/null || die "importing ${t} on n${i}"
 	done
@@ -476,6 +494,7 @@ node_up() {
 		podCIDR: 10.244.${i}.0/24
 		resolvConf: ""
 		clusterDomain: cluster.local
+		clusterDNS: [${DNS_IP}]
 		evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%"}
 		imageGCHighThresholdPercent: 100
 		imageGCLowThresholdPercent: 99
@@ -541,7 +560,19 @@ proxy_manifests() {
 		        tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token
 		---
 	EOF
-	if [[ ${proxy} == kpng ]]; then
+	if ((split)); then
+		# deploy/split as an operator applies it: the brain on the node
+		# labelled control-plane (n1, host network), agents on every node
+		# dialling it at n1's address, certificates from kpng certs.
+		local to=to-nft
+		[[ ${backend} == nft ]] || to=to-iptables
+		"${bin}/kubectl" kustomize "${root}/deploy/split" |
+			sed -e "s#image: kpng.local/kpng:.*#image: ${kpng_image}#" \
+				-e "s#brain-address: .*#brain-address: tcp://10.99.0.11:12090#" \
+				-e "s#^\\( *\\)- to-nft\$#\\1- ${to}\\n\\1- --cluster-cidr=10.244.0.0/16#"
+		printf -- '---\n'
+		go -C "${root}" run ./cmd/kpng certs --brain-name 10.99.0.11
+	elif [[ ${proxy} == kpng ]]; then
 		"${bin}/kubectl" kustomize "${root}/deploy/kube-proxy-replacement" |
 			sed -e "s#image: kpng.local/kpng:.*#image: ${kpng_image}#"
 	else
@@ -581,6 +612,10 @@ deploy_proxy() {
 	local ds=kpng
 	[[ ${proxy} == kpng ]] || ds=kube-proxy
 	proxy_manifests >"${R}/proxy.yaml"
+	if ((split)); then
+		ds=kpng-agent
+		kubectl label node n1 node-role.kubernetes.io/control-plane= >/dev/null
+	fi
 	kubectl apply -f "${R}/proxy.yaml" >/dev/null
 	# Short waits in a loop, so that Ctrl-C is not held up by kubectl.
 	if ! (wait_for "the ${ds} DaemonSet" 300 kubectl -n kube-system rollout status "ds/${ds}" --timeout=2s); then
@@ -589,6 +624,92 @@ deploy_proxy() {
 		die "the ${ds} DaemonSet did not become ready"
 	fi
 	log "${proxy} (${backend}) ready on ${nodes} node(s)"
+}
+
+# deploy_dns runs CoreDNS as kubeadm deploys it (kube-dns Service at
+# DNS_IP, the kubelets' clusterDNS), answering for cluster.local only: the
+# nodes have no upstream resolver. It reaches the API server through the
+# kubernetes Service, so it also proves the proxy's first ClusterIP.
+deploy_dns() {
+	kubectl apply -f - >/dev/null <<-EOF
+		apiVersion: v1
+		kind: ServiceAccount
+		metadata: {name: coredns, namespace: kube-system}
+		---
+		apiVersion: rbac.authorization.k8s.io/v1
+		kind: ClusterRole
+		metadata: {name: "system:coredns"}
+		rules:
+		- {apiGroups: [""], resources: [endpoints, services, pods, namespaces], verbs: [list, watch]}
+		- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
+		---
+		apiVersion: rbac.authorization.k8s.io/v1
+		kind: ClusterRoleBinding
+		metadata: {name: "system:coredns"}
+		roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:coredns"}
+		subjects: [{kind: ServiceAccount, name: coredns, namespace: kube-system}]
+		---
+		apiVersion: v1
+		kind: ConfigMap
+		metadata: {name: coredns, namespace: kube-system}
+		data:
+		  Corefile: |
+		    .:53 {
+		        errors
+		        health :8080
+		        ready :8181
+		        kubernetes cluster.local in-addr.arpa ip6.arpa {
+		            pods insecure
+		            fallthrough in-addr.arpa ip6.arpa
+		            ttl 30
+		        }
+		        cache 30
+		        loop
+		        loadbalance
+		    }
+		---
+		apiVersion: apps/v1
+		kind: Deployment
+		metadata: {name: coredns, namespace: kube-system, labels: {k8s-app: kube-dns}}
+		spec:
+		  replicas: ${nodes}
+		  selector: {matchLabels: {k8s-app: kube-dns}}
+		  template:
+		    metadata: {labels: {k8s-app: kube-dns}}
+		    spec:
+		      priorityClassName: system-cluster-critical
+		      serviceAccountName: coredns
+		      dnsPolicy: Default
+		      tolerations: [{operator: Exists}]
+		      containers:
+		      - name: coredns
+		        image: ${coredns_image}
+		        imagePullPolicy: IfNotPresent
+		        args: [-conf, /etc/coredns/Corefile]
+		        ports:
+		        - {containerPort: 53, name: dns, protocol: UDP}
+		        - {containerPort: 53, name: dns-tcp, protocol: TCP}
+		        readinessProbe: {httpGet: {path: /ready, port: 8181}, periodSeconds: 2}
+		        livenessProbe: {httpGet: {path: /health, port: 8080}, initialDelaySeconds: 30}
+		        volumeMounts: [{name: config, mountPath: /etc/coredns, readOnly: true}]
+		      volumes: [{name: config, configMap: {name: coredns}}]
+		---
+		apiVersion: v1
+		kind: Service
+		metadata: {name: kube-dns, namespace: kube-system, labels: {k8s-app: kube-dns}}
+		spec:
+		  clusterIP: ${DNS_IP}
+		  selector: {k8s-app: kube-dns}
+		  ports:
+		  - {name: dns, port: 53, protocol: UDP, targetPort: 53}
+		  - {name: dns-tcp, port: 53, protocol: TCP, targetPort: 53}
+	EOF
+	if ! (wait_for "CoreDNS" 180 kubectl -n kube-system rollout status deployment/coredns --timeout=2s); then
+		kubectl -n kube-system get pods -o wide >&2
+		kubectl -n kube-system logs deployment/coredns --tail=20 >&2 || true
+		die "CoreDNS did not become ready (it reaches the API server through the proxy's kubernetes Service)"
+	fi
+	log "CoreDNS ready at ${DNS_IP}"
 }
 
 smoke_test() {
@@ -602,6 +723,8 @@ smoke_test() {
 	np="$(kubectl get svc smoke -o jsonpath='{.spec.ports[0].nodePort}')"
 	wait_for "ClusterIP ${cip}:80 from a pod" 60 kubectl exec smoke-client -- curl -sf --max-time 2 "http://${cip}/hostname"
 	log "a pod reached ClusterIP ${cip}:80 ($(kubectl exec smoke-client -- curl -sf --max-time 2 "http://${cip}/hostname"))"
+	wait_for "the Service by name (smoke.default.svc.cluster.local)" 60 kubectl exec smoke-client -- curl -sf --max-time 2 http://smoke.default.svc.cluster.local/hostname
+	log "a pod reached the Service by its DNS name"
 	local i
 	for ((i = 1; i <= nodes; i++)); do
 		wait_for "NodePort 10.99.0.1${i}:${np} from a pod" 60 kubectl exec smoke-client -- curl -sf --max-time 2 "http://10.99.0.1${i}:${np}/hostname"
@@ -623,25 +746,34 @@ run_e2e() {
 	local summary
 	summary="$(grep -E '^Ran [0-9]+ of [0-9]+ Specs|Passed \| [0-9]+ Failed' "${out}" | tail -n 2)"
 	printf '%s\n' "${summary}"
-	grep -E '^\s*\[FAIL\]' "${out}" | sort -u >"${R}/failed.txt" || true
+	grep -E '^\s*\[(FAIL|TIMEDOUT|PANICKED|INTERRUPTED)\]' "${out}" | sort -u >"${R}/failed.txt" || true
 	cat "${R}/failed.txt"
 	log "e2e.test finished in $((SECONDS - s))s"
 	if ((record)); then record_result "${summary}" "$((SECONDS - s))"; fi
 }
 
+# record_result keeps this run's summary in docs/conformance-runs (one file
+# per configuration, replaced by its next run) and rewrites the table in
+# docs/conformance.md from all of them.
 record_result() {
-	local doc="${root}/docs/conformance.md"
+	local label="${proxy} ${backend}" file
+	((split == 0)) || label+=" split"
+	file="${root}/docs/conformance-runs/${label// /-}.txt"
+	mkdir -p "$(dirname "${file}")"
 	{
-		printf '\n### %s %s, %s node(s), %s\n\n' "${proxy}" "${backend}" "${nodes}" "$(date -u +%Y-%m-%dT%H:%MZ)"
-		printf -- '- kpng %s, Kubernetes %s (kubelet, e2e.test), containerd %s, runc %s\n' \
-			"$(git -C "${root}" describe --always --dirty)" "${K8S_VERSION}" "${CONTAINERD_VERSION}" \
-			"$(runc --version | head -n1 | awk '{print $3}')"
-		printf -- '- focus `%s`, skip `%s`, %ss\n\n```\n%s\n```\n' "${focus}" "${skip}" "$2" "$1"
-		if [[ -s "${R}/failed.txt" ]]; then
-			printf '\nFailed:\n\n```\n%s\n```\n' "$(cat "${R}/failed.txt")"
-		fi
-	} >>"${doc}"
-	log "recorded in ${doc}"
+		printf 'label: %s\nproxy: %s\nmode: %s\n' "${label}" "${proxy}" "${backend}"
+		printf 'date: %s\nkpng: %s\nkubernetes: %s\n' "$(date -u +%Y-%m-%dT%H:%MZ)" \
+			"$(git -C "${root}" describe --always --dirty)" "${K8S_VERSION}"
+		printf 'containerd: %s\nrunc: %s\nnodes: %s\n' "${CONTAINERD_VERSION}" \
+			"$(runc --version | head -n1 | awk '{print $3}')" "${nodes}"
+		printf 'focus: %s\nskip: %s\nseconds: %s\n' "${focus}" "${skip}" "$2"
+		printf 'ran: %s\nresult: %s\n' "$(grep -m1 '^Ran ' <<<"$1")" "$(grep -m1 'Passed |' <<<"$1")"
+		printf 'failed:\n'
+		cat "${R}/failed.txt"
+	} >"${file}"
+	go -C "${root}/hack/node" run ./conformance --runs "${root}/docs/conformance-runs" --doc "${root}/docs/conformance.md" ||
+		die "could not write docs/conformance.md"
+	log "recorded in ${file} and docs/conformance.md"
 }
 
 log "run ${run} in ${R}"
@@ -652,6 +784,7 @@ for ((i = 1; i <= nodes; i++)); do node_up "${i}"; done
 wait_for "${nodes} Ready node(s)" 180 nodes_ready
 log "${nodes} node(s) Ready"
 deploy_proxy
+deploy_dns
 if ((smoke)); then
 	smoke_test
 else

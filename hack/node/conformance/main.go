@@ -1,0 +1,197 @@
+// Command conformance writes the "Runs" section of docs/conformance.md from
+// the runs hack/e2e-node.sh --record kept: one file per configuration (kpng
+// nft, kube-proxy iptables, kpng nft split, ...), each holding that run's
+// Ginkgo summary and failed specs. The section is a table of pass counts
+// and, for every spec kpng fails that kube-proxy passes in the same mode,
+// a line the notes below it must explain.
+//
+//	go run ./conformance --runs ../../docs/conformance-runs --doc ../../docs/conformance.md
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// run is one recorded run: the "key: value" header lines of its file, and
+// the failed specs listed after "failed:".
+type run struct {
+	label   string // e.g. "kpng nft split"
+	proxy   string // kpng or kube-proxy
+	mode    string // nft or iptables
+	fields  map[string]string
+	counts  map[string]int // Passed, Failed, Pending, Skipped
+	ran     string         // "Ran N of M Specs in S seconds"
+	failed  []string
+	fileRef string
+}
+
+var (
+	countRE = regexp.MustCompile(`(\d+) (Passed|Failed|Pending|Skipped)`)
+	// A failed spec's line from Ginkgo's summary, without the location
+	// Ginkgo may append; its text is what two runs compare on.
+	failRE = regexp.MustCompile(`^\s*\[(FAIL|TIMEDOUT|PANICKED|INTERRUPTED)\]\s*(.*?)\s*$`)
+)
+
+func parseRun(path string) (*run, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r := &run{fields: map[string]string{}, counts: map[string]int{}, fileRef: filepath.Base(path)}
+	inFailed := false
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		if inFailed {
+			if m := failRE.FindStringSubmatch(line); m != nil {
+				r.failed = append(r.failed, m[2])
+			}
+			continue
+		}
+		if line == "failed:" {
+			inFailed = true
+			continue
+		}
+		k, v, ok := strings.Cut(line, ": ")
+		if !ok {
+			continue
+		}
+		r.fields[k] = v
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for _, k := range []string{"label", "proxy", "mode", "date", "result"} {
+		if r.fields[k] == "" {
+			return nil, fmt.Errorf("%s: no %q line", path, k)
+		}
+	}
+	r.label, r.proxy, r.mode, r.ran = r.fields["label"], r.fields["proxy"], r.fields["mode"], r.fields["ran"]
+	for _, m := range countRE.FindAllStringSubmatch(r.fields["result"], -1) {
+		var n int
+		fmt.Sscan(m[1], &n)
+		r.counts[m[2]] = n
+	}
+	if _, ok := r.counts["Passed"]; !ok {
+		return nil, fmt.Errorf("%s: result line %q has no Ginkgo counts", path, r.fields["result"])
+	}
+	slices.Sort(r.failed)
+	r.failed = slices.Compact(r.failed)
+	return r, nil
+}
+
+// render is the Runs section: the table, then per kpng configuration the
+// specs it fails that kube-proxy in the same mode passes.
+func render(runs []*run) string {
+	var b strings.Builder
+	b.WriteString("<!-- written by hack/node/conformance from docs/conformance-runs; do not edit by hand -->\n\n")
+	b.WriteString("| configuration | ran | passed | failed | skipped | date | kpng | Kubernetes | focus | seconds |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range runs {
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %s | %s | %s | `%s` | %s |\n",
+			r.label, ranCount(r.ran), r.counts["Passed"], r.counts["Failed"], r.counts["Skipped"],
+			r.fields["date"], r.fields["kpng"], r.fields["kubernetes"], r.fields["focus"], r.fields["seconds"])
+	}
+	byLabel := map[string]*run{}
+	for _, r := range runs {
+		byLabel[r.label] = r
+	}
+	for _, r := range runs {
+		if len(r.failed) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n### Failed in %s\n\n", r.label)
+		var ref *run
+		if r.proxy == "kpng" {
+			ref = byLabel["kube-proxy "+r.mode]
+		}
+		for _, f := range r.failed {
+			note := ""
+			if ref != nil && !slices.Contains(ref.failed, f) {
+				note = " **(kube-proxy " + r.mode + " passes it)**"
+			} else if ref != nil {
+				note = " (kube-proxy " + r.mode + " fails it too)"
+			}
+			fmt.Fprintf(&b, "- %s%s\n", f, note)
+		}
+	}
+	return b.String()
+}
+
+func ranCount(ran string) string {
+	var n, m int
+	if _, err := fmt.Sscanf(ran, "Ran %d of %d", &n, &m); err != nil {
+		return "?"
+	}
+	return fmt.Sprint(n)
+}
+
+// order puts kpng's configurations first, then kube-proxy's, each by mode.
+func order(runs []*run) {
+	sort.SliceStable(runs, func(i, j int) bool {
+		if runs[i].proxy != runs[j].proxy {
+			return runs[i].proxy == "kpng"
+		}
+		return runs[i].label < runs[j].label
+	})
+}
+
+const (
+	startMark = "## Runs\n"
+	endMark   = "## Notes on the runs\n"
+)
+
+func update(doc string, section string) (string, error) {
+	a := strings.Index(doc, startMark)
+	b := strings.Index(doc, endMark)
+	if a < 0 || b < a {
+		return "", errors.New("the document needs a \"## Runs\" heading followed by \"## Notes on the runs\"")
+	}
+	return doc[:a+len(startMark)] + "\n" + section + "\n" + doc[b:], nil
+}
+
+func main() {
+	runsDir := flag.String("runs", "docs/conformance-runs", "folder of recorded runs (*.txt)")
+	docPath := flag.String("doc", "docs/conformance.md", "the document whose Runs section is rewritten")
+	flag.Parse()
+	if err := mainErr(*runsDir, *docPath); err != nil {
+		fmt.Fprintln(os.Stderr, "conformance:", err)
+		os.Exit(1)
+	}
+}
+
+func mainErr(runsDir, docPath string) error {
+	files, err := filepath.Glob(filepath.Join(runsDir, "*.txt"))
+	if err != nil {
+		return err
+	}
+	var runs []*run
+	for _, f := range files {
+		r, err := parseRun(f)
+		if err != nil {
+			return err
+		}
+		runs = append(runs, r)
+	}
+	order(runs)
+	doc, err := os.ReadFile(docPath)
+	if err != nil {
+		return err
+	}
+	out, err := update(string(doc), render(runs))
+	if err != nil {
+		return fmt.Errorf("%s: %w", docPath, err)
+	}
+	return os.WriteFile(docPath, []byte(out), 0o644)
+}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeRun(t *testing.T, dir, name, body string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRunsSection(t *testing.T) {
+	dir := t.TempDir()
+	writeRun(t, dir, "kpng-nft.txt", `label: kpng nft
+proxy: kpng
+mode: nft
+date: 2026-11-25T15:00Z
+kpng: abc123
+kubernetes: v1.36.3
+focus: \[sig-network\] Services
+seconds: 100
+ran: Ran 3 of 7000 Specs in 99.1 seconds
+result: FAIL! -- 1 Passed | 2 Failed | 0 Pending | 6997 Skipped
+failed:
+  [FAIL] [sig-network] Services [It] should a
+  [FAIL] [sig-network] Services [It] should b
+`)
+	writeRun(t, dir, "kube-proxy-nft.txt", `label: kube-proxy nft
+proxy: kube-proxy
+mode: nft
+date: 2026-11-25T16:00Z
+result: FAIL! -- 2 Passed | 1 Failed | 0 Pending | 6997 Skipped
+ran: Ran 3 of 7000 Specs in 80 seconds
+failed:
+  [FAIL] [sig-network] Services [It] should b
+`)
+	doc := filepath.Join(dir, "doc.md")
+	if err := os.WriteFile(doc, []byte("# T\n\n## Runs\n\nold table\n\n## Notes on the runs\n\n- a note\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := mainErr(dir, doc); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(doc)
+	got := string(b)
+	for _, want := range []string{
+		"| kpng nft | 3 | 1 | 2 | 6997 |",
+		"| kube-proxy nft | 3 | 2 | 1 | 6997 |",
+		"- [sig-network] Services [It] should a **(kube-proxy nft passes it)**",
+		"- [sig-network] Services [It] should b (kube-proxy nft fails it too)",
+		"## Notes on the runs\n\n- a note\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("document lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "old table") {
+		t.Errorf("the old Runs section was kept:\n%s", got)
+	}
+	if strings.Index(got, "kpng nft |") > strings.Index(got, "kube-proxy nft |") {
+		t.Errorf("kpng's rows should come first:\n%s", got)
+	}
+}
+
+func TestBadRun(t *testing.T) {
+	dir := t.TempDir()
+	writeRun(t, dir, "x.txt", "label: x\nproxy: kpng\nmode: nft\ndate: d\nresult: interrupted\n")
+	doc := filepath.Join(dir, "doc.md")
+	os.WriteFile(doc, []byte("## Runs\n## Notes on the runs\n"), 0o644)
+	err := mainErr(dir, doc)
+	if err == nil || !strings.Contains(err.Error(), "no Ginkgo counts") {
+		t.Fatalf("want an error naming the bad result line, got %v", err)
+	}
+}
