@@ -1,4 +1,4 @@
-package backend
+package backend_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/kpng/kpng/brain"
 	"github.com/kpng/kpng/cluster"
+	"github.com/kpng/kpng/local"
 )
 
 // BenchmarkLocalFeedOneEndpointChange10kServices is the in-process path of
@@ -27,7 +28,7 @@ func BenchmarkLocalFeedOneEndpointChange10kServices(b *testing.B) {
 		}
 	})
 	store.MarkSynced()
-	feed := NewLocalFeed(store, brain.Options{NodeName: "n1"})
+	feed := local.NewFeed(store, brain.Options{NodeName: "n1"})
 	ctx := context.Background()
 	if _, _, err := feed.Next(ctx); err != nil {
 		b.Fatal(err)

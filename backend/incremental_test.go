@@ -1,33 +1,37 @@
-package backend
+package backend_test
 
 import (
 	"context"
 	"testing"
 
 	"github.com/kpng/kpng/api/localv1"
+	"github.com/kpng/kpng/backend"
 	"github.com/kpng/kpng/brain"
 	"github.com/kpng/kpng/cluster"
+	"github.com/kpng/kpng/local"
 )
 
 // keyedBackend is an Incremental backend keyed as the interface says:
 // endpoints by EndpointKeyOf within their service.
 type keyedBackend struct {
-	eps map[ServiceKey]map[EndpointKey]*localv1.Endpoint
+	eps map[backend.ServiceKey]map[backend.EndpointKey]*localv1.Endpoint
 }
 
-func (k *keyedBackend) Reset() { k.eps = map[ServiceKey]map[EndpointKey]*localv1.Endpoint{} }
+func (k *keyedBackend) Reset() {
+	k.eps = map[backend.ServiceKey]map[backend.EndpointKey]*localv1.Endpoint{}
+}
 func (k *keyedBackend) SetService(s *localv1.Service) {
-	key := ServiceKey{Namespace: s.Namespace, Name: s.Name, Family: s.Family}
+	key := backend.ServiceKey{Namespace: s.Namespace, Name: s.Name, Family: s.Family}
 	if k.eps[key] == nil {
-		k.eps[key] = map[EndpointKey]*localv1.Endpoint{}
+		k.eps[key] = map[backend.EndpointKey]*localv1.Endpoint{}
 	}
 }
-func (k *keyedBackend) DeleteService(key ServiceKey) { delete(k.eps, key) }
-func (k *keyedBackend) SetEndpoint(key ServiceKey, ep *localv1.Endpoint) {
-	k.eps[key][EndpointKeyOf(ep)] = ep
+func (k *keyedBackend) DeleteService(key backend.ServiceKey) { delete(k.eps, key) }
+func (k *keyedBackend) SetEndpoint(key backend.ServiceKey, ep *localv1.Endpoint) {
+	k.eps[key][backend.EndpointKeyOf(ep)] = ep
 }
-func (k *keyedBackend) DeleteEndpoint(key ServiceKey, ep *localv1.Endpoint) {
-	delete(k.eps[key], EndpointKeyOf(ep))
+func (k *keyedBackend) DeleteEndpoint(key backend.ServiceKey, ep *localv1.Endpoint) {
+	delete(k.eps[key], backend.EndpointKeyOf(ep))
 }
 func (k *keyedBackend) Sync() error { return nil }
 
@@ -46,23 +50,23 @@ func TestIncrementalEndpointsOfOneAddressOnTwoPorts(t *testing.T) {
 		tx.SetEndpointSlice(next)
 	})
 	store.MarkSynced()
-	feed := NewLocalFeed(store, brain.Options{NodeName: "n1"})
+	feed := local.NewFeed(store, brain.Options{NodeName: "n1"})
 	inc := &keyedBackend{}
-	b := FromIncremental(inc)
+	b := backend.FromIncremental(inc)
 	ctx := context.Background()
-	sync := func() map[EndpointKey]*localv1.Endpoint {
+	sync := func() map[backend.EndpointKey]*localv1.Endpoint {
 		t.Helper()
 		st, ch, err := feed.Next(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if inc.eps == nil {
-			ch.Reset = true // as Run does on the first call
+			ch.Reset = true // as backend.Run does on the first call
 		}
 		if err := b.Sync(ctx, st, ch); err != nil {
 			t.Fatal(err)
 		}
-		return inc.eps[ServiceKey{Namespace: "ns", Name: "a", Family: localv1.IPFamily_IPV4}]
+		return inc.eps[backend.ServiceKey{Namespace: "ns", Name: "a", Family: localv1.IPFamily_IPV4}]
 	}
 	if eps := sync(); len(eps) != 2 {
 		t.Fatalf("the backend holds %d endpoints, want 192.168.0.1 on 8080 and on 9090", len(eps))

@@ -2,41 +2,38 @@ package backend
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
-
-	"github.com/spf13/pflag"
 )
 
 // Plugin is a backend as the command line sees it: flags, then a Backend.
-// One Plugin value serves one run of the command.
+// One Plugin value serves one run of the command. Every method is part of
+// the contract; there is no optional interface to discover.
 type Plugin interface {
 	// BindFlags adds the backend's flags (those of its to-<name> command).
-	BindFlags(fs *pflag.FlagSet)
-	// Open checks the flags and prepares the dataplane for env's node, and
-	// returns the Backend that Run drives. Long-lived helpers (health
-	// servers, say) are stopped when ctx ends.
-	Open(ctx context.Context, env Env) (Backend, error)
+	// The command line accepts them GNU-style (--name=value), as kpng's
+	// other flags; StringsVar defines a list flag the way kube-proxy's are.
+	BindFlags(fs *flag.FlagSet)
+	// Open checks the flags and prepares the dataplane for env's node. It
+	// returns the Backend that Run drives and the Options it asks Run for
+	// (sync periods, the hooks of its metrics and health servers,
+	// ResyncNow, LastSyncFull); the command may override the periods.
+	// Long-lived helpers (health servers, say) are stopped when ctx ends.
+	Open(ctx context.Context, env Env) (Backend, Options, error)
+	// Cleanup removes everything the backend, with the settings of its
+	// flags, ever put in the kernel; nothing there is not an error. The
+	// command calls it instead of Open for `to-<name> --cleanup` and
+	// `kpng cleanup`. A backend that keeps no kernel state returns nil.
+	Cleanup(ctx context.Context) error
 }
 
 // Env is what a backend learns from the command around it.
 type Env struct {
 	// NodeName is the node whose view the backend receives.
 	NodeName string
-}
-
-// Cleaner is implemented by plugins that can remove everything they ever
-// put in the kernel: `to-<name> --cleanup` calls Cleanup and exits.
-type Cleaner interface {
-	Cleanup(ctx context.Context) error
-}
-
-// Tuner is implemented by plugins that set how they are driven (sync
-// periods); the command calls it after Open.
-type Tuner interface {
-	RunOptions() Options
 }
 
 // Registration makes a backend available as the command to-<Name>.

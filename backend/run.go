@@ -3,14 +3,14 @@ package backend
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"time"
-
-	"k8s.io/klog/v2"
 )
 
-// Feed delivers a node's view to Run. The in-process feed computes it with
-// the brain from a cluster store (LocalFeed); the gRPC client receives it.
+// Feed delivers a node's view to Run. The in-process feed (package local)
+// computes it with the brain from a cluster store; the gRPC client (package
+// client) receives it from a kpng server.
 type Feed interface {
 	// Next blocks until the view differs from the one of the previous call
 	// (the first call: until there is a complete view), then returns it
@@ -48,6 +48,17 @@ type Options struct {
 	// that the repair takes milliseconds, not a sync period. Before the
 	// first sync it is ignored (the first sync writes everything anyway).
 	ResyncNow <-chan struct{}
+	// LastSyncFull, if set, is asked after each Sync whether that Sync
+	// rewrote the whole dataplane, for SyncResult.Full. A backend sets it
+	// when it decides within Sync: one that checks the kernel cheaply on a
+	// Resync and rewrites only when the check fails, or that turns a
+	// partial sync into a full one after a conflict. Without it, a sync is
+	// full when it was asked to be (Changes.Reset or Changes.Resync).
+	LastSyncFull func() bool
+	// Logger receives Run's log lines; nil means slog.Default(). A line of
+	// klog verbosity n is logged at slog.Level(-n), as logr's slog bridge
+	// maps it back (so kpng's -v flag keeps its meaning).
+	Logger *slog.Logger
 }
 
 // SyncResult describes one call of Sync.
@@ -56,25 +67,12 @@ type SyncResult struct {
 	State    *State
 	Revision uint64
 	Changes  Changes
-	// Full: the sync rewrote the whole dataplane. A backend that implements
-	// FullSyncReporter says so itself; for others it is Changes.Reset or
-	// Changes.Resync.
+	// Full: the sync rewrote the whole dataplane, as Options.LastSyncFull
+	// says, or else as asked (Changes.Reset or Changes.Resync).
 	Full     bool
 	Start    time.Time
 	Duration time.Duration
 	Err      error
-}
-
-// FullSyncReporter is implemented by backends that decide within Sync
-// whether to rewrite everything: one that checks the kernel cheaply on a
-// Resync and rewrites only when the check fails, or that turns a partial
-// sync into a full one after a conflict. Run asks it after each Sync, so
-// that SyncResult.Full (and kube-proxy's full and partial sync metrics)
-// tell what happened rather than what was asked.
-type FullSyncReporter interface {
-	// LastSyncFull reports whether the last call of Sync rewrote the whole
-	// dataplane.
-	LastSyncFull() bool
 }
 
 // errResyncNow is the cause of a wait ended by Options.ResyncNow.
@@ -87,8 +85,10 @@ var errResyncNow = errors.New("resync requested")
 func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 	retry := cmpOr(opts.RetryPeriod, time.Second)
 	maxRetry := cmpOr(opts.ResyncPeriod, time.Minute)
-	log := klog.FromContext(ctx)
-	reporter, _ := b.(FullSyncReporter)
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
 
 	pending := Changes{Reset: true}
 	var state *State
@@ -130,7 +130,7 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 			select {
 			case <-kicked:
 				pending.Resync = true
-				log.V(2).Info("Resync requested by the backend")
+				log.Log(ctx, levelV(2), "Resync requested by the backend")
 			default:
 			}
 		}
@@ -206,8 +206,8 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 		lastEnd = time.Now()
 		res.Duration = lastEnd.Sub(start)
 		res.Full = pending.Reset || pending.Resync
-		if reporter != nil {
-			res.Full = reporter.LastSyncFull()
+		if opts.LastSyncFull != nil {
+			res.Full = opts.LastSyncFull()
 		}
 		if opts.OnSync != nil {
 			opts.OnSync(res)
@@ -218,7 +218,7 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 			}
 			wait := min(retry<<min(failures, 16), maxRetry)
 			failures++
-			log.Error(res.Err, "Sync failed, will retry", "revision", state.Revision, "changes", pending.String(), "retryIn", wait)
+			log.Error("Sync failed, will retry", "err", res.Err, "revision", state.Revision, "changes", pending.String(), "retryIn", wait)
 			pending = Changes{Reset: true}
 			retryAt = lastEnd.Add(wait)
 			continue
@@ -229,7 +229,7 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 		case failures > 0:
 			log.Info("Dataplane synced again", "revision", state.Revision, "failures", failures)
 		default:
-			log.V(2).Info("Dataplane synced", "revision", state.Revision, "changes", pending.String(), "took", res.Duration)
+			log.Log(ctx, levelV(2), "Dataplane synced", "revision", state.Revision, "changes", pending.String(), "took", res.Duration)
 		}
 		if pending.Reset || pending.Resync {
 			lastResync = start
@@ -277,3 +277,6 @@ func cmpOr(d, def time.Duration) time.Duration {
 	}
 	return def
 }
+
+// levelV is the slog level of klog's verbosity v.
+func levelV(v int) slog.Level { return slog.Level(-v) }

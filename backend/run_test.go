@@ -1,4 +1,4 @@
-package backend
+package backend_test
 
 import (
 	"context"
@@ -13,15 +13,17 @@ import (
 
 	"github.com/kpng/kpng/api/globalv1"
 	"github.com/kpng/kpng/api/localv1"
+	"github.com/kpng/kpng/backend"
 	"github.com/kpng/kpng/brain"
 	"github.com/kpng/kpng/cluster"
+	"github.com/kpng/kpng/local"
 )
 
 // call is one Sync as a recording backend saw it.
 type call struct {
 	rev        uint64
 	services   []string // keys in the state
-	changes    Changes
+	changes    backend.Changes
 	start, end time.Time
 }
 
@@ -39,7 +41,7 @@ type recorder struct {
 
 func newRecorder() *recorder { return &recorder{got: make(chan call, 100)} }
 
-func (r *recorder) Sync(ctx context.Context, st *State, ch Changes) error {
+func (r *recorder) Sync(ctx context.Context, st *backend.State, ch backend.Changes) error {
 	if r.gate != nil {
 		select {
 		case <-r.gate:
@@ -50,7 +52,7 @@ func (r *recorder) Sync(ctx context.Context, st *State, ch Changes) error {
 	c := call{rev: st.Revision, changes: ch, start: time.Now()}
 	time.Sleep(r.delay)
 	for _, se := range st.Sorted() {
-		c.services = append(c.services, KeyOf(se).String())
+		c.services = append(c.services, backend.KeyOf(se).String())
 	}
 	r.mu.Lock()
 	r.calls = append(r.calls, c)
@@ -97,11 +99,11 @@ func slice(svc, name string, ips ...string) *globalv1.EndpointSlice {
 }
 
 // start runs rec from a LocalFeed over store until the test ends.
-func start(t *testing.T, store *cluster.Store, b Backend, opts Options) {
+func start(t *testing.T, store *cluster.Store, b backend.Backend, opts backend.Options) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, NewLocalFeed(store, brain.Options{NodeName: "n1"}), b, opts) }()
+	go func() { done <- backend.Run(ctx, local.NewFeed(store, brain.Options{NodeName: "n1"}), b, opts) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -113,7 +115,7 @@ func start(t *testing.T, store *cluster.Store, b Backend, opts Options) {
 func TestEmptyClusterIsAView(t *testing.T) {
 	store := cluster.NewStore()
 	rec := newRecorder()
-	start(t, store, rec, Options{})
+	start(t, store, rec, backend.Options{})
 	store.MarkSynced()
 	c := rec.next(t)
 	if !c.changes.Reset || len(c.services) != 0 {
@@ -124,7 +126,7 @@ func TestEmptyClusterIsAView(t *testing.T) {
 func TestNothingBeforeTheSourceSynced(t *testing.T) {
 	store := cluster.NewStore()
 	rec := newRecorder()
-	start(t, store, rec, Options{})
+	start(t, store, rec, backend.Options{})
 	store.Update(func(tx *cluster.Tx) { tx.SetService(service("a", "10.96.0.1")) })
 	select {
 	case c := <-rec.got:
@@ -143,7 +145,7 @@ func TestSlowBackendGetsCoalescedChanges(t *testing.T) {
 	store := cluster.NewStore()
 	rec := newRecorder()
 	rec.gate = make(chan struct{})
-	start(t, store, rec, Options{})
+	start(t, store, rec, backend.Options{})
 	store.Update(func(tx *cluster.Tx) {
 		tx.SetService(service("a", "10.96.0.1"))
 		tx.SetService(service("gone", "10.96.0.9"))
@@ -154,7 +156,7 @@ func TestSlowBackendGetsCoalescedChanges(t *testing.T) {
 
 	// The second Sync blocks in the gate while three more revisions land.
 	store.Update(func(tx *cluster.Tx) { tx.SetService(service("b", "10.96.0.2")) })
-	time.Sleep(20 * time.Millisecond) // let Run enter Sync with the first change
+	time.Sleep(20 * time.Millisecond) // let backend.Run enter Sync with the first change
 	store.Update(func(tx *cluster.Tx) { tx.SetEndpointSlice(slice("a", "a-1", "10.0.0.1")) })
 	store.Update(func(tx *cluster.Tx) { tx.DeleteService("ns", "gone") })
 	store.Update(func(tx *cluster.Tx) { tx.SetService(service("c", "10.96.0.3")) })
@@ -164,11 +166,11 @@ func TestSlowBackendGetsCoalescedChanges(t *testing.T) {
 	second := rec.next(t)
 
 	v4 := localv1.IPFamily_IPV4
-	all := merge(first.changes, second.changes)
-	if want := []ServiceKey{{"ns", "a", v4}, {"ns", "b", v4}, {"ns", "c", v4}}; !slices.Equal(all.Set, want) {
+	all := backend.Merge(first.changes, second.changes)
+	if want := []backend.ServiceKey{{"ns", "a", v4}, {"ns", "b", v4}, {"ns", "c", v4}}; !slices.Equal(all.Set, want) {
 		t.Errorf("set over both syncs = %v, want %v", all.Set, want)
 	}
-	if want := []ServiceKey{{"ns", "gone", v4}}; !slices.Equal(all.Deleted, want) {
+	if want := []backend.ServiceKey{{"ns", "gone", v4}}; !slices.Equal(all.Deleted, want) {
 		t.Errorf("deleted = %v, want %v", all.Deleted, want)
 	}
 	// The feed coalesces too: four store revisions make at most two view
@@ -186,8 +188,8 @@ func TestFailedSyncIsRetriedWithReset(t *testing.T) {
 	store := cluster.NewStore()
 	rec := newRecorder()
 	rec.fail = 2
-	results := make(chan SyncResult, 100)
-	start(t, store, rec, Options{RetryPeriod: 10 * time.Millisecond, OnSync: func(r SyncResult) { results <- r }})
+	results := make(chan backend.SyncResult, 100)
+	start(t, store, rec, backend.Options{RetryPeriod: 10 * time.Millisecond, OnSync: func(r backend.SyncResult) { results <- r }})
 	store.Update(func(tx *cluster.Tx) { tx.SetService(service("a", "10.96.0.1")) })
 	store.MarkSynced()
 	rec.next(t)
@@ -215,7 +217,7 @@ func TestFailedSyncIsRetriedWithReset(t *testing.T) {
 func TestResyncAfterQuietPeriod(t *testing.T) {
 	store := cluster.NewStore()
 	rec := newRecorder()
-	start(t, store, rec, Options{ResyncPeriod: 30 * time.Millisecond})
+	start(t, store, rec, backend.Options{ResyncPeriod: 30 * time.Millisecond})
 	store.Update(func(tx *cluster.Tx) { tx.SetService(service("a", "10.96.0.1")) })
 	store.MarkSynced()
 	rec.next(t)
@@ -230,7 +232,7 @@ func TestResyncAfterQuietPeriod(t *testing.T) {
 func TestMinSyncPeriodCoalesces(t *testing.T) {
 	store := cluster.NewStore()
 	rec := newRecorder()
-	start(t, store, rec, Options{MinSyncPeriod: 300 * time.Millisecond})
+	start(t, store, rec, backend.Options{MinSyncPeriod: 300 * time.Millisecond})
 	store.MarkSynced()
 	rec.next(t)
 	for i := range 5 {
@@ -267,7 +269,7 @@ func churn(t *testing.T, store *cluster.Store, period time.Duration) {
 func TestResyncIsNotPostponedByChanges(t *testing.T) {
 	store := cluster.NewStore()
 	rec := newRecorder()
-	start(t, store, rec, Options{ResyncPeriod: 200 * time.Millisecond})
+	start(t, store, rec, backend.Options{ResyncPeriod: 200 * time.Millisecond})
 	store.MarkSynced()
 	first := rec.next(t)
 	churn(t, store, 5*time.Millisecond)
@@ -290,7 +292,7 @@ func TestResyncIsNotPostponedByChanges(t *testing.T) {
 func TestRetryBackoffHoldsUnderChurn(t *testing.T) {
 	store := cluster.NewStore()
 	rec := newRecorder()
-	start(t, store, rec, Options{RetryPeriod: 300 * time.Millisecond})
+	start(t, store, rec, backend.Options{RetryPeriod: 300 * time.Millisecond})
 	store.MarkSynced()
 	rec.next(t)
 	rec.mu.Lock()
@@ -313,7 +315,7 @@ func TestMinSyncPeriodCountsFromTheEndOfASync(t *testing.T) {
 	store := cluster.NewStore()
 	rec := newRecorder()
 	rec.delay = 100 * time.Millisecond
-	start(t, store, rec, Options{MinSyncPeriod: 150 * time.Millisecond})
+	start(t, store, rec, backend.Options{MinSyncPeriod: 150 * time.Millisecond})
 	store.MarkSynced()
 	prev := rec.next(t)
 	churn(t, store, 5*time.Millisecond)
@@ -326,28 +328,26 @@ func TestMinSyncPeriodCountsFromTheEndOfASync(t *testing.T) {
 	}
 }
 
-// reporting is a recorder that says itself whether a sync was full.
-type reporting struct{ *recorder }
-
-func (r reporting) LastSyncFull() bool {
+// lastSyncFull is the recorder's answer to Options.LastSyncFull.
+func (r *recorder) lastSyncFull() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.full
 }
 
-// SyncResult.Full is what the backend reports when it can, and Reset or
-// Resync otherwise.
+// SyncResult.Full is what Options.LastSyncFull reports when the backend
+// sets it, and Reset or Resync otherwise.
 func TestSyncResultFull(t *testing.T) {
 	for _, reports := range []bool{false, true} {
 		t.Run(fmt.Sprint("reports=", reports), func(t *testing.T) {
 			store := cluster.NewStore()
 			rec := newRecorder()
-			results := make(chan SyncResult, 10)
-			var b Backend = rec
+			results := make(chan backend.SyncResult, 10)
+			opts := backend.Options{ResyncPeriod: 100 * time.Millisecond, OnSync: func(r backend.SyncResult) { results <- r }}
 			if reports {
-				b = reporting{rec}
+				opts.LastSyncFull = rec.lastSyncFull
 			}
-			start(t, store, b, Options{ResyncPeriod: 100 * time.Millisecond, OnSync: func(r SyncResult) { results <- r }})
+			start(t, store, rec, opts)
 			store.MarkSynced()
 			rec.next(t)
 			if r := <-results; r.Full != !reports {
@@ -365,41 +365,19 @@ func TestSyncResultFull(t *testing.T) {
 	}
 }
 
-func TestMerge(t *testing.T) {
-	k := func(n string) ServiceKey { return ServiceKey{Namespace: "ns", Name: n} }
-	cases := []struct {
-		name string
-		a, b Changes
-		want Changes
-	}{
-		{"set then delete", Changes{Set: []ServiceKey{k("x")}}, Changes{Deleted: []ServiceKey{k("x")}}, Changes{Deleted: []ServiceKey{k("x")}}},
-		{"delete then set", Changes{Deleted: []ServiceKey{k("x")}}, Changes{Set: []ServiceKey{k("x")}}, Changes{Set: []ServiceKey{k("x")}}},
-		{"union sorted", Changes{Set: []ServiceKey{k("b")}}, Changes{Set: []ServiceKey{k("a"), k("b")}}, Changes{Set: []ServiceKey{k("a"), k("b")}}},
-		{"reset absorbs", Changes{Reset: true}, Changes{Set: []ServiceKey{k("a")}}, Changes{Reset: true}},
-		{"flags kept", Changes{Resync: true}, Changes{NodeChanged: true}, Changes{Resync: true, NodeChanged: true}},
-	}
-	for _, c := range cases {
-		got := merge(c.a, c.b)
-		if got.Reset != c.want.Reset || got.Resync != c.want.Resync || got.NodeChanged != c.want.NodeChanged ||
-			!slices.Equal(got.Set, c.want.Set) || !slices.Equal(got.Deleted, c.want.Deleted) {
-			t.Errorf("%s: merge = %+v, want %+v", c.name, got, c.want)
-		}
-	}
-}
-
 // opLog is an Incremental backend that logs its calls.
 type opLog struct {
 	ops  []string
 	fail bool
 }
 
-func (l *opLog) Reset()                        { l.ops = append(l.ops, "reset") }
-func (l *opLog) SetService(s *localv1.Service) { l.ops = append(l.ops, "set-svc "+s.Name) }
-func (l *opLog) DeleteService(k ServiceKey)    { l.ops = append(l.ops, "del-svc "+k.Name) }
-func (l *opLog) SetEndpoint(k ServiceKey, e *localv1.Endpoint) {
+func (l *opLog) Reset()                             { l.ops = append(l.ops, "reset") }
+func (l *opLog) SetService(s *localv1.Service)      { l.ops = append(l.ops, "set-svc "+s.Name) }
+func (l *opLog) DeleteService(k backend.ServiceKey) { l.ops = append(l.ops, "del-svc "+k.Name) }
+func (l *opLog) SetEndpoint(k backend.ServiceKey, e *localv1.Endpoint) {
 	l.ops = append(l.ops, "set-ep "+k.Name+" "+e.Ip)
 }
-func (l *opLog) DeleteEndpoint(k ServiceKey, e *localv1.Endpoint) {
+func (l *opLog) DeleteEndpoint(k backend.ServiceKey, e *localv1.Endpoint) {
 	l.ops = append(l.ops, "del-ep "+k.Name+" "+e.Ip)
 }
 func (l *opLog) Sync() error {
@@ -413,9 +391,9 @@ func (l *opLog) Sync() error {
 
 func TestIncrementalAdapterSendsOnlyTheDifference(t *testing.T) {
 	store := cluster.NewStore()
-	feed := NewLocalFeed(store, brain.Options{NodeName: "n1"})
+	feed := local.NewFeed(store, brain.Options{NodeName: "n1"})
 	log := &opLog{}
-	b := FromIncremental(log)
+	b := backend.FromIncremental(log)
 	ctx := context.Background()
 	step := func(fn func(tx *cluster.Tx), want ...string) {
 		t.Helper()
@@ -440,7 +418,7 @@ func TestIncrementalAdapterSendsOnlyTheDifference(t *testing.T) {
 	})
 	store.MarkSynced()
 	st, ch, _ := feed.Next(ctx)
-	ch.Reset = true // as Run does on the first call
+	ch.Reset = true // as backend.Run does on the first call
 	if err := b.Sync(ctx, st, ch); err != nil {
 		t.Fatal(err)
 	}
@@ -468,7 +446,7 @@ func TestResyncNow(t *testing.T) {
 	store := cluster.NewStore()
 	rec := newRecorder()
 	kick := make(chan struct{}, 1)
-	start(t, store, rec, Options{ResyncPeriod: time.Hour, ResyncNow: kick})
+	start(t, store, rec, backend.Options{ResyncPeriod: time.Hour, ResyncNow: kick})
 	store.Update(func(tx *cluster.Tx) { tx.SetService(service("a", "10.96.0.1")) })
 	store.MarkSynced()
 	if c := rec.next(t); !c.changes.Reset {

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"time"
@@ -30,6 +31,7 @@ type options struct {
 	maxBackoff       time.Duration
 	dial             []grpc.DialOption
 	onBatch          func(Batch)
+	logger           *slog.Logger
 }
 
 func buildOptions(opts []Option) options {
@@ -37,8 +39,19 @@ func buildOptions(opts []Option) options {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if o.logger == nil {
+		o.logger = slog.Default()
+	}
+	if o.run.Logger == nil {
+		o.run.Logger = o.logger
+	}
 	return o
 }
+
+// WithLogger sets where the client logs (reconnections, and the driver's
+// lines unless WithRunOptions sets its own Logger); the default is
+// slog.Default(). A line of klog verbosity n is logged at slog.Level(-n).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // WithTLS secures a tcp:// target (see TLSConfig).
 func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }

@@ -11,7 +11,6 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
-	"k8s.io/klog/v2"
 
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
@@ -90,8 +89,8 @@ func (f *Feed) Close() error {
 
 // Next implements backend.Feed.
 func (f *Feed) Next(ctx context.Context) (*backend.State, backend.Changes, error) {
-	// The stream lives as long as the feed, with the first caller's logger.
-	f.start.Do(func() { go f.receive(klog.NewContext(f.ctx, klog.FromContext(ctx))) })
+	// The stream lives as long as the feed.
+	f.start.Do(func() { go f.receive(f.ctx) })
 	for {
 		if !f.asked {
 			select {

@@ -8,7 +8,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"k8s.io/klog/v2"
 )
 
 // batch is one consistent batch of a Watch stream: its operations (without
@@ -75,7 +74,7 @@ var errProtocol = errors.New("protocol error")
 // limit is exceeded (ResourceExhausted), or the server breaks the protocol:
 // no retry would change these.
 func (s *session[O]) next(ctx context.Context) (batch[O], error) {
-	log := klog.FromContext(ctx).WithValues("api", s.name)
+	log := s.o.logger.With("api", s.name)
 	for {
 		b, err := s.try(ctx)
 		if err == nil {
@@ -106,7 +105,7 @@ func (s *session[O]) next(ctx context.Context) (batch[O], error) {
 		}
 		wait := min(s.o.minBackoff<<min(s.failures, 16), s.o.maxBackoff)
 		s.failures++
-		log.Error(err, "Watch failed, reconnecting", "in", wait, "failures", s.failures)
+		log.Error("Watch failed, reconnecting", "err", err, "in", wait, "failures", s.failures)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

@@ -1,4 +1,11 @@
-package backend
+// Package local computes a node's view in this process: its Feed runs the
+// brain over a cluster store that a source fills, and hands the result to
+// backend.Run (kpng <source> ... to-local to-<backend>).
+//
+// It is the in-process half of the backend contract; the gRPC half is
+// package client. Package backend itself knows neither, so that a backend
+// author's module does not depend on the brain or on Kubernetes' types.
+package local
 
 import (
 	"context"
@@ -6,34 +13,35 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/kpng/kpng/backend"
 	"github.com/kpng/kpng/brain"
 	"github.com/kpng/kpng/cluster"
 )
 
-// LocalFeed is the in-process Feed: it computes a node's view with the brain
-// from a cluster store that a source fills (kpng <source> to-local ...).
-type LocalFeed struct {
+// Feed is the in-process backend.Feed: it computes a node's view with the
+// brain from a cluster store.
+type Feed struct {
 	store     *cluster.Store
 	view      *brain.View
-	state     *State
+	state     *backend.State
 	rev       uint64 // store revision last looked at
 	delivered bool   // the first view was delivered
 }
 
-// NewLocalFeed returns the feed of one node's view of store.
-func NewLocalFeed(store *cluster.Store, opts brain.Options) *LocalFeed {
-	return &LocalFeed{store: store, view: brain.NewView(opts), state: NewState(opts.NodeName)}
+// NewFeed returns the feed of one node's view of store.
+func NewFeed(store *cluster.Store, opts brain.Options) *Feed {
+	return &Feed{store: store, view: brain.NewView(opts), state: backend.NewState(opts.NodeName)}
 }
 
 // View returns the brain view behind the feed, for its counters.
-func (f *LocalFeed) View() *brain.View { return f.view }
+func (f *Feed) View() *brain.View { return f.view }
 
-// Next implements Feed.
-func (f *LocalFeed) Next(ctx context.Context) (*State, Changes, error) {
+// Next implements backend.Feed.
+func (f *Feed) Next(ctx context.Context) (*backend.State, backend.Changes, error) {
 	for {
 		rev, err := f.store.Wait(ctx, f.rev)
 		if err != nil {
-			return nil, Changes{}, err
+			return nil, backend.Changes{}, err
 		}
 		f.rev = rev
 		var d brain.Diff
@@ -42,20 +50,20 @@ func (f *LocalFeed) Next(ctx context.Context) (*State, Changes, error) {
 			continue
 		}
 		f.delivered = true // even an empty cluster is a view to deliver
-		ch := Changes{NodeChanged: d.NodeChanged}
+		ch := backend.Changes{NodeChanged: d.NodeChanged}
 		f.state.Node, f.state.ServiceCIDRs = f.view.Node(), f.view.ServiceCIDRs()
 		for _, se := range d.Set {
-			k := KeyOf(se)
+			k := backend.KeyOf(se)
 			f.state.Services[k] = se
 			ch.Set = append(ch.Set, k)
 		}
 		for _, se := range d.Deleted {
-			k := KeyOf(se)
+			k := backend.KeyOf(se)
 			delete(f.state.Services, k)
 			ch.Deleted = append(ch.Deleted, k)
 		}
-		slices.SortFunc(ch.Set, ServiceKey.Compare)
-		slices.SortFunc(ch.Deleted, ServiceKey.Compare)
+		slices.SortFunc(ch.Set, backend.ServiceKey.Compare)
+		slices.SortFunc(ch.Deleted, backend.ServiceKey.Compare)
 		f.state.Revision = f.view.Revision()
 		if log := klog.FromContext(ctx).V(1); log.Enabled() {
 			// The KEP's claim, measurable: API events in vs node revisions out.

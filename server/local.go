@@ -17,6 +17,7 @@ import (
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
 	"github.com/kpng/kpng/brain"
+	"github.com/kpng/kpng/local"
 )
 
 // localKey is a key of a node's journal: one view entry, or the node-wide
@@ -64,7 +65,7 @@ func (s *Server) acquireView(opts brain.Options) (*nodeView, error) {
 		vctx, cancel := context.WithCancel(ctx)
 		v = &nodeView{instance: newInstanceID(), j: newJournal[localKey, proto.Message](s.opts.HistorySize, compareLocalKeys), cancel: cancel}
 		s.views[opts] = v
-		go v.run(vctx, backend.NewLocalFeed(s.store, opts))
+		go v.run(vctx, local.NewFeed(s.store, opts))
 		klog.FromContext(ctx).V(1).Info("Started a node view", "node", opts.NodeName, "instance", v.instance, "views", len(s.views))
 	}
 	if v.idle != nil {
@@ -117,7 +118,7 @@ func (s *Server) releaseView(opts brain.Options, v *nodeView) {
 }
 
 // run publishes the brain's view of the node into the journal.
-func (v *nodeView) run(ctx context.Context, feed *backend.LocalFeed) {
+func (v *nodeView) run(ctx context.Context, feed *local.Feed) {
 	first := true
 	for {
 		st, ch, err := feed.Next(ctx)

@@ -14,10 +14,11 @@ import (
 	"github.com/kpng/kpng/brain"
 	"github.com/kpng/kpng/client"
 	"github.com/kpng/kpng/cluster"
+	"github.com/kpng/kpng/local"
 	"github.com/kpng/kpng/server"
 )
 
-// A backend test suite, written once and run in process (LocalFeed) and over
+// A backend test suite, written once and run in process (local.Feed) and over
 // gRPC (client.Feed), in both styles: a backend cannot tell the transports
 // apart, so the same assertions hold.
 
@@ -26,7 +27,7 @@ type runner func(ctx context.Context, t *testing.T, store *cluster.Store, b back
 
 var transports = map[string]runner{
 	"in process": func(ctx context.Context, _ *testing.T, store *cluster.Store, b backend.Backend) error {
-		return backend.Run(ctx, backend.NewLocalFeed(store, brain.Options{NodeName: "node-0"}), b, backend.Options{})
+		return backend.Run(ctx, local.NewFeed(store, brain.Options{NodeName: "node-0"}), b, backend.Options{})
 	},
 	"over gRPC": func(ctx context.Context, t *testing.T, store *cluster.Store, b backend.Backend) error {
 		ts := serve(t, store, "unix", server.Options{}, server.ListenOptions{})

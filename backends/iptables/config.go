@@ -1,13 +1,14 @@
 package iptables
 
 import (
+	"flag"
 	"fmt"
 	"net"
 	"net/netip"
 	"strings"
 	"time"
 
-	"github.com/spf13/pflag"
+	"github.com/kpng/kpng/backend"
 )
 
 // Detect-local modes, as kube-proxy's --detect-local-mode.
@@ -64,13 +65,13 @@ func DefaultConfig() Config {
 }
 
 // BindFlags adds the flags to fs, with c's values as defaults.
-func (c *Config) BindFlags(fs *pflag.FlagSet) {
-	fs.StringSliceVar(&c.NodePortAddresses, "nodeport-addresses", c.NodePortAddresses,
+func (c *Config) BindFlags(fs *flag.FlagSet) {
+	backend.StringsVar(fs, &c.NodePortAddresses, "nodeport-addresses", c.NodePortAddresses,
 		`CIDRs of the node addresses that accept node ports, or "primary" for the node's primary IPs; empty: all local addresses`)
 	fs.BoolVar(&c.MasqueradeAll, "masquerade-all", c.MasqueradeAll, "SNAT all traffic sent to cluster IPs")
 	fs.IntVar(&c.MasqueradeBit, "masquerade-bit", c.MasqueradeBit, "the fwmark bit (0-31) that marks packets to SNAT")
 	fs.IntVar(&c.MasqueradeBit, "iptables-masquerade-bit", c.MasqueradeBit, "kube-proxy's name of --masquerade-bit")
-	fs.StringSliceVar(&c.ClusterCIDRs, "cluster-cidr", c.ClusterCIDRs, "the pod CIDRs of the cluster (one per family), for --detect-local-mode=ClusterCIDR")
+	backend.StringsVar(fs, &c.ClusterCIDRs, "cluster-cidr", c.ClusterCIDRs, "the pod CIDRs of the cluster (one per family), for --detect-local-mode=ClusterCIDR")
 	fs.StringVar(&c.DetectLocalMode, "detect-local-mode", c.DetectLocalMode,
 		"how to tell pod traffic from other traffic: ClusterCIDR (default), NodeCIDR, BridgeInterface, InterfaceNamePrefix or None")
 	fs.StringVar(&c.PodBridgeInterface, "pod-bridge-interface", c.PodBridgeInterface, "the pods' bridge, for --detect-local-mode=BridgeInterface")
@@ -85,7 +86,7 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.DryRun, "dry-run", c.DryRun, "print the iptables-restore input of each sync instead of running it")
 	fs.StringVar(&c.Mode, "iptables-mode", c.Mode, "the iptables variant: auto (detect as kube-proxy's image does), nft or legacy")
 	fs.DurationVar(&c.LockWait, "iptables-lock-wait", c.LockWait, "how long to wait for the xtables lock")
-	fs.StringSliceVar(&c.IPFamilies, "ip-families", c.IPFamilies, "the IP families to program: ipv4, ipv6")
+	backend.StringsVar(fs, &c.IPFamilies, "ip-families", c.IPFamilies, "the IP families to program: ipv4, ipv6")
 }
 
 // nodePortSelector is --nodeport-addresses for one family.

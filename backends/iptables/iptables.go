@@ -14,12 +14,12 @@ package iptables
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"sync"
 
-	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
 	"github.com/kpng/kpng/api/localv1"
@@ -43,25 +43,35 @@ type Plugin struct {
 	Config Config
 	// opts are the driver hooks Open prepared (metrics, health, conntrack).
 	opts backend.Options
-	// resyncNow is the opened backend's repair request (nil: none).
-	resyncNow chan struct{}
 }
 
 // BindFlags implements backend.Plugin.
-func (p *Plugin) BindFlags(fs *pflag.FlagSet) { p.Config.BindFlags(fs) }
+func (p *Plugin) BindFlags(fs *flag.FlagSet) { p.Config.BindFlags(fs) }
 
-// RunOptions implements backend.Tuner.
-func (p *Plugin) RunOptions() backend.Options {
+// Open implements backend.Plugin.
+func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, backend.Options, error) {
+	b, err := p.open(ctx)
+	if err != nil {
+		return nil, backend.Options{}, err
+	}
+	return b, p.runOptions(b), nil
+}
+
+// runOptions are the driver options of b, opened by p: the hooks of the
+// helpers, the sync periods, the kernel watch's repair requests.
+func (p *Plugin) runOptions(b *Backend) backend.Options {
 	o := p.opts
 	o.MinSyncPeriod, o.ResyncPeriod = p.Config.MinSyncPeriod, p.Config.SyncPeriod
-	if p.resyncNow != nil {
-		o.ResyncNow = p.resyncNow
+	if b.resyncNow != nil {
+		o.ResyncNow = b.resyncNow
 	}
+	// A periodic sync checks the canary and rewrites only when it is
+	// gone: the backend tells which it did.
+	o.LastSyncFull = b.LastSyncFull
 	return o
 }
 
-// Open implements backend.Plugin.
-func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, error) {
+func (p *Plugin) open(ctx context.Context) (*Backend, error) {
 	cfg := p.Config
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -118,14 +128,12 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, er
 	if err := p.startHelpers(ctx, b); err != nil {
 		return nil, err
 	}
-	p.resyncNow = nil
 	if !cfg.DryRun && v.name == "nft" {
 		b.resyncNow = make(chan struct{}, 1)
 		if err := b.watchKernel(ctx); err != nil {
 			b.resyncNow = nil
 			log.Info("Cannot watch the iptables rules; repairs wait for the periodic sync", "err", err)
 		}
-		p.resyncNow = b.resyncNow
 	}
 	return b, nil
 }
@@ -203,7 +211,7 @@ func chooseVariant(ctx context.Context, mode string) (variant, error) {
 	return detectVariant(ctx)
 }
 
-// Cleanup implements backend.Cleaner: it removes every KPNG- chain and
+// Cleanup implements backend.Plugin: it removes every KPNG- chain and
 // every jump to one, in both families and both iptables variants.
 func (p *Plugin) Cleanup(ctx context.Context) error {
 	var errs []error
@@ -243,14 +251,12 @@ type Backend struct {
 	resyncNow chan struct{}
 }
 
-// LastSyncFull implements backend.FullSyncReporter: whether the last Sync
+// LastSyncFull is backend.Options.LastSyncFull: whether the last Sync
 // rewrote the tables of a family in full. A periodic sync that only checked
 // the canary was partial; a change-only sync whose canary failed was full.
 // kube-proxy records this per family; SyncResult has one Full for every
 // family, so one family's full sync makes the whole sync full.
 func (b *Backend) LastSyncFull() bool { return b.lastFull }
-
-var _ backend.FullSyncReporter = (*Backend)(nil)
 
 // Sync implements backend.Backend.
 func (b *Backend) Sync(ctx context.Context, state *backend.State, changes backend.Changes) error {

@@ -210,7 +210,7 @@ func TestRestoreFailuresPerFamily(t *testing.T) {
 	if err := plugin.startHelpers(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	opts := plugin.RunOptions()
+	opts := plugin.runOptions(b)
 	sync := func(st *backend.State, ch backend.Changes) error {
 		start := time.Now()
 		opts.OnQueued(st, ch)
@@ -331,7 +331,7 @@ func TestPeriodicSyncsAreRecordedPartial(t *testing.T) {
 	full0 := histogramCount(t, "kubeproxy_sync_full_proxy_rules_duration_seconds", "ip_family", metrics.IPv4)
 	partial0 := histogramCount(t, "kubeproxy_sync_partial_proxy_rules_duration_seconds", "ip_family", metrics.IPv4)
 
-	opts := plugin.RunOptions()
+	opts := plugin.runOptions(b)
 	results := make(chan backend.SyncResult, 16)
 	record := opts.OnSync
 	opts.OnSync = func(r backend.SyncResult) {

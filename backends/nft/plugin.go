@@ -7,6 +7,7 @@ package nft
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/netip"
@@ -15,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/knftables"
 
@@ -148,20 +148,19 @@ type Plugin struct {
 
 	set     bool
 	backend *Backend
-	opts    backend.Options
 }
 
 // BindFlags implements backend.Plugin.
-func (p *Plugin) BindFlags(fs *pflag.FlagSet) {
+func (p *Plugin) BindFlags(fs *flag.FlagSet) {
 	p.Config = DefaultConfig()
 	p.set = true
 	c := &p.Config
 	fs.StringVar(&c.Table, "table", c.Table, "name of the nftables tables to use (one per family: ip NAME and ip6 NAME)")
-	fs.StringSliceVar(&c.NodePortAddresses, "nodeport-addresses", c.NodePortAddresses,
+	backend.StringsVar(fs, &c.NodePortAddresses, "nodeport-addresses", c.NodePortAddresses,
 		`addresses that accept NodePort traffic: CIDRs (the node's addresses within them), or "primary" (the node's primary IP of each family); a family without any CIDR accepts on all its local addresses`)
 	fs.BoolVar(&c.MasqueradeAll, "masquerade-all", c.MasqueradeAll, "SNAT all traffic sent to cluster IPs")
 	fs.IntVar(&c.MasqueradeBit, "iptables-masquerade-bit", c.MasqueradeBit, "the bit of the packet mark that marks packets to masquerade")
-	fs.StringSliceVar(&c.ClusterCIDRs, "cluster-cidr", c.ClusterCIDRs, "the pod CIDRs of the cluster (for --detect-local-mode=ClusterCIDR): traffic from elsewhere to a cluster IP is masqueraded")
+	backend.StringsVar(fs, &c.ClusterCIDRs, "cluster-cidr", c.ClusterCIDRs, "the pod CIDRs of the cluster (for --detect-local-mode=ClusterCIDR): traffic from elsewhere to a cluster IP is masqueraded")
 	fs.StringVar(&c.DetectLocalMode, "detect-local-mode", c.DetectLocalMode, "how to tell pod traffic: ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix or None")
 	fs.StringVar(&c.PodBridgeInterface, "pod-bridge-interface", c.PodBridgeInterface, "the bridge of local pods (--detect-local-mode=BridgeInterface)")
 	fs.StringVar(&c.PodInterfaceNamePrefix, "pod-interface-name-prefix", c.PodInterfaceNamePrefix, "the name prefix of local pods' interfaces (--detect-local-mode=InterfaceNamePrefix)")
@@ -171,18 +170,18 @@ func (p *Plugin) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.HealthzBindAddress, "healthz-bind-address", c.HealthzBindAddress, "address of the /healthz and /livez server (empty: none)")
 	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "address of the /metrics server (empty: none)")
 	fs.BoolVar(&c.DryRun, "dry-run", c.DryRun, "print each transaction instead of running it")
-	fs.StringSliceVar(&c.IPFamilies, "ip-families", c.IPFamilies, "the IP families to program (ipv4, ipv6)")
+	backend.StringsVar(fs, &c.IPFamilies, "ip-families", c.IPFamilies, "the IP families to program (ipv4, ipv6)")
 	fs.BoolVar(&c.Netlink, "netlink", c.Netlink, "write incremental transactions through netlink (false: with the nft command, which first reads the whole table)")
 }
 
 // Open implements backend.Plugin.
-func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, error) {
+func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, backend.Options, error) {
 	if !p.set {
 		p.Config = DefaultConfig()
 		p.set = true
 	}
 	if err := p.Config.Validate(); err != nil {
-		return nil, err
+		return nil, backend.Options{}, err
 	}
 	var tables []*table
 	for _, fam := range p.families() {
@@ -200,7 +199,7 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, er
 			var err error
 			real, err := knftables.New(fam.nft, p.Config.Table)
 			if err != nil {
-				return nil, fmt.Errorf("nftables %s: %w", fam, err)
+				return nil, backend.Options{}, fmt.Errorf("nftables %s: %w", fam, err)
 			}
 			nft = nftCommand{real}
 			read, count = nftReader(fam.nft, p.Config.Table), netlinkCounter(fam, p.Config.Table)
@@ -224,9 +223,8 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, er
 	}
 	opts, err := p.startHelpers(ctx, families)
 	if err != nil {
-		return nil, err
+		return nil, backend.Options{}, err
 	}
-	p.opts = opts
 	if !p.Config.DryRun {
 		b.watch.resyncNow = make(chan struct{}, 1)
 		if err := b.watchKernel(ctx); err != nil {
@@ -234,22 +232,16 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, er
 			b.log.Info("Cannot watch the nftables tables; repairs wait for the periodic check", "err", err)
 		}
 	}
-	return b, nil
+	if b.watch.resyncNow != nil {
+		opts.ResyncNow = b.watch.resyncNow
+	}
+	// A periodic sync checks the fixed chains and rewrites only when the
+	// check fails: the backend tells which it did.
+	opts.LastSyncFull = b.LastSyncFull
+	return b, opts, nil
 }
 
-// RunOptions implements backend.Tuner.
-func (p *Plugin) RunOptions() backend.Options {
-	opts := p.opts
-	if opts.ResyncPeriod == 0 {
-		opts = backend.Options{MinSyncPeriod: p.Config.MinSyncPeriod, ResyncPeriod: p.Config.SyncPeriod}
-	}
-	if p.backend != nil && p.backend.watch.resyncNow != nil {
-		opts.ResyncNow = p.backend.watch.resyncNow
-	}
-	return opts
-}
-
-// Cleanup implements backend.Cleaner: it deletes the tables.
+// Cleanup implements backend.Plugin: it deletes the tables.
 func (p *Plugin) Cleanup(ctx context.Context) error {
 	if !p.set {
 		p.Config = DefaultConfig()

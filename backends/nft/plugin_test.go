@@ -3,10 +3,9 @@ package nft
 import (
 	"bytes"
 	"context"
+	"flag"
 	"strings"
 	"testing"
-
-	"github.com/spf13/pflag"
 
 	"github.com/kpng/kpng/backend"
 )
@@ -30,7 +29,7 @@ func TestConfigValidate(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &Plugin{}
-			fs := pflag.NewFlagSet("to-nft", pflag.ContinueOnError)
+			fs := flag.NewFlagSet("to-nft", flag.ContinueOnError)
 			p.BindFlags(fs)
 			if err := fs.Parse(tc.args); err != nil {
 				t.Fatal(err)
@@ -53,7 +52,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Error("the netlink path is off by default")
 	}
 	p := &Plugin{}
-	fs := pflag.NewFlagSet("to-nft", pflag.ContinueOnError)
+	fs := flag.NewFlagSet("to-nft", flag.ContinueOnError)
 	p.BindFlags(fs)
 	if err := fs.Parse([]string{"--netlink=false"}); err != nil || p.Config.Netlink {
 		t.Errorf("--netlink=false: %v, Netlink %v", err, p.Config.Netlink)
@@ -64,14 +63,14 @@ func TestConfigValidate(t *testing.T) {
 func TestDryRun(t *testing.T) {
 	var out bytes.Buffer
 	p := &Plugin{Out: &out}
-	fs := pflag.NewFlagSet("to-nft", pflag.ContinueOnError)
+	fs := flag.NewFlagSet("to-nft", flag.ContinueOnError)
 	p.BindFlags(fs)
 	if err := fs.Parse([]string{"--dry-run", "--healthz-bind-address=", "--metrics-bind-address=", "--table=dry"}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	b, err := p.Open(ctx, backend.Env{NodeName: "node-a"})
+	b, opts, err := p.Open(ctx, backend.Env{NodeName: "node-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +86,7 @@ func TestDryRun(t *testing.T) {
 			t.Errorf("dry-run output lacks %q:\n%s", want, out.String())
 		}
 	}
-	if opts := p.RunOptions(); opts.MinSyncPeriod.String() != "100ms" || opts.ResyncPeriod.String() != "30s" || opts.OnSync == nil || opts.OnQueued == nil {
-		t.Errorf("RunOptions: %+v", opts)
+	if opts.MinSyncPeriod.String() != "100ms" || opts.ResyncPeriod.String() != "30s" || opts.OnSync == nil || opts.OnQueued == nil || opts.LastSyncFull == nil {
+		t.Errorf("Open's options: %+v", opts)
 	}
 }

@@ -200,7 +200,7 @@ func (b *Backend) fullResync(ctx context.Context, t *table, now time.Time) bool 
 	return false
 }
 
-// LastSyncFull implements backend.FullSyncReporter: whether the last Sync
+// LastSyncFull is backend.Options.LastSyncFull: whether the last Sync
 // rewrote (or read back and repaired) a whole table.
 func (b *Backend) LastSyncFull() bool { return b.full }
 

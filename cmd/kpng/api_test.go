@@ -2,13 +2,12 @@ package main
 
 import (
 	"context"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/spf13/pflag"
 
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
@@ -21,9 +20,11 @@ var views = make(chan []byte, 16)
 
 type viewPlugin struct{}
 
-func (viewPlugin) BindFlags(*pflag.FlagSet) {}
+func (viewPlugin) BindFlags(*flag.FlagSet) {}
 
-func (viewPlugin) Open(context.Context, backend.Env) (backend.Backend, error) {
+func (viewPlugin) Cleanup(context.Context) error { return nil }
+
+func (viewPlugin) Open(context.Context, backend.Env) (backend.Backend, backend.Options, error) {
 	return backend.Func(func(_ context.Context, st *backend.State, _ backend.Changes) error {
 		doc, err := tofile.Marshal(&localv1.NodeState{NodeName: st.NodeName, Revision: st.Revision,
 			Services: st.Sorted(), Node: st.Node, ServiceCidrs: st.ServiceCIDRs}, "yaml", true)
@@ -32,7 +33,7 @@ func (viewPlugin) Open(context.Context, backend.Env) (backend.Backend, error) {
 		}
 		views <- doc
 		return nil
-	}), nil
+	}), backend.Options{}, nil
 }
 
 func init() {

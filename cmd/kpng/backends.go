@@ -3,14 +3,18 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"log/slog"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
 	"github.com/kpng/kpng/backend"
 	"github.com/kpng/kpng/brain"
 	"github.com/kpng/kpng/cluster"
+	"github.com/kpng/kpng/local"
 )
 
 // feedRunner runs drive with a feed of one node's view, and returns when
@@ -34,7 +38,7 @@ func toLocalCommand(source sourceFactory) *cobra.Command {
 				return err
 			}
 			return run(ctx, src, stageFunc(func(ctx context.Context, store *cluster.Store) error {
-				return drive(ctx, backend.NewLocalFeed(store, *opts))
+				return drive(ctx, local.NewFeed(store, *opts))
 			}))
 		})...)
 	return cmd
@@ -61,7 +65,7 @@ func backendCommands(nodeName func() string, runFeed feedRunner) []*cobra.Comman
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				ctx := cmd.Context()
 				if cleanup {
-					return plugin.(backend.Cleaner).Cleanup(ctx)
+					return plugin.Cleanup(ctx)
 				}
 				node := nodeName()
 				if node == "" {
@@ -74,15 +78,29 @@ func backendCommands(nodeName func() string, runFeed feedRunner) []*cobra.Comman
 				return runBackend(ctx, reg.Name, plugin, node, tune, runFeed)
 			},
 		}
-		plugin.BindFlags(cmd.Flags())
+		cmd.Flags().AddGoFlagSet(pluginFlags(reg.Name, plugin))
 		cmd.Flags().BoolVar(&removeKubeProxy, "remove-kube-proxy-rules", removeKubeProxy,
 			"once kpng's rules are in place, remove kube-proxy's (every mode's), as kube-proxy does when its mode changes; false when kpng runs beside kube-proxy (--service-proxy-name)")
-		if _, ok := plugin.(backend.Cleaner); ok {
-			cmd.Flags().BoolVar(&cleanup, "cleanup", false, "remove everything this backend created in the kernel, then exit")
-		}
+		cmd.Flags().BoolVar(&cleanup, "cleanup", false, "remove everything this backend created in the kernel, then exit")
 		cmds = append(cmds, cmd)
 	}
 	return cmds
+}
+
+// pluginFlags returns the flags plugin binds, in a set of the standard
+// library's kind (the contract's), for a command line that accepts them
+// GNU-style with kpng's other flags (pflag's AddGoFlagSet).
+func pluginFlags(name string, plugin backend.Plugin) *flag.FlagSet {
+	fs := flag.NewFlagSet("to-"+name, flag.ContinueOnError)
+	plugin.BindFlags(fs)
+	return fs
+}
+
+// slogger is the logger of ctx (klog's) as a log/slog logger, for the
+// backend driver and the gRPC client, which log through log/slog so that
+// they depend on the standard library only.
+func slogger(ctx context.Context) *slog.Logger {
+	return slog.New(logr.ToSlogHandler(klog.FromContext(ctx)))
 }
 
 // withKubeProxyRemoval adds removeKubeProxyAfterFirstSync to a driver's
@@ -108,16 +126,15 @@ func runBackend(ctx context.Context, name string, plugin backend.Plugin, node st
 	if err := checkNetAdmin(name); err != nil {
 		return err
 	}
-	b, err := plugin.Open(ctx, backend.Env{NodeName: node})
+	b, opts, err := plugin.Open(ctx, backend.Env{NodeName: node})
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	var opts backend.Options
-	if t, ok := plugin.(backend.Tuner); ok {
-		opts = t.RunOptions()
-	}
 	if tune != nil {
 		tune(&opts)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slogger(ctx)
 	}
 	klog.FromContext(ctx).Info("Starting backend", "backend", name, "node", node)
 	return runFeed(ctx, func(ctx context.Context, feed backend.Feed) error {

@@ -43,11 +43,7 @@ func cleanupNode(ctx context.Context, kpng, kubeProxy bool) error {
 	var errs []error
 	if kpng {
 		for _, reg := range backend.Registered() {
-			c, ok := reg.New().(backend.Cleaner)
-			if !ok {
-				continue
-			}
-			if err := c.Cleanup(ctx); err != nil {
+			if err := reg.New().Cleanup(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", reg.Name, err))
 			}
 		}

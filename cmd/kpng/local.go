@@ -28,7 +28,7 @@ func localCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			copts = append(copts, client.WithServiceProxyName(opts.ServiceProxyName))
+			copts = append(copts, client.WithServiceProxyName(opts.ServiceProxyName), client.WithLogger(slogger(ctx)))
 			feed, err := client.NewFeed(api.target, opts.NodeName, copts...)
 			if err != nil {
 				return err

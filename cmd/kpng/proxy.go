@@ -19,6 +19,7 @@ import (
 	"github.com/kpng/kpng/brain"
 	"github.com/kpng/kpng/cluster"
 	"github.com/kpng/kpng/config"
+	"github.com/kpng/kpng/local"
 	"github.com/kpng/kpng/proxyutil/metrics"
 	"github.com/kpng/kpng/source/kube"
 )
@@ -187,7 +188,7 @@ func runProxy(ctx context.Context, fs *pflag.FlagSet, flags *proxyFlags, deps pr
 	}
 	plugin := reg.New()
 	backendFlags := pflag.NewFlagSet("to-"+reg.Name, pflag.ContinueOnError)
-	plugin.BindFlags(backendFlags)
+	backendFlags.AddGoFlagSet(pluginFlags(reg.Name, plugin))
 	set, problems, err := configureBackend(reg.Name, backendFlags, c)
 	if err != nil {
 		return err
@@ -195,12 +196,8 @@ func runProxy(ctx context.Context, fs *pflag.FlagSet, flags *proxyFlags, deps pr
 	warnings = append(warnings, problems...)
 
 	if flags.cleanup {
-		cleaner, ok := plugin.(backend.Cleaner)
-		if !ok {
-			return fmt.Errorf("--cleanup: backend %q cannot clean up", reg.Name)
-		}
-		if err := cleaner.Cleanup(ctx); err != nil {
-			return err
+		if err := plugin.Cleanup(ctx); err != nil {
+			return fmt.Errorf("--cleanup: backend %q: %w", reg.Name, err)
 		}
 		// As kube-proxy --cleanup: every mode's rules go, kpng's other
 		// backends' and kube-proxy's too.
@@ -257,7 +254,7 @@ func runProxy(ctx context.Context, fs *pflag.FlagSet, flags *proxyFlags, deps pr
 		},
 		func(ctx context.Context, drive func(context.Context, backend.Feed) error) error {
 			return run(ctx, src, stageFunc(func(ctx context.Context, store *cluster.Store) error {
-				return drive(ctx, withNodeIPOverride(backend.NewLocalFeed(store, brain.Options{NodeName: node}), c.NodeIPOverride))
+				return drive(ctx, withNodeIPOverride(local.NewFeed(store, brain.Options{NodeName: node}), c.NodeIPOverride))
 			}))
 		})
 	cancel()

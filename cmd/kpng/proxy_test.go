@@ -510,13 +510,16 @@ type fakePlugin struct {
 	opened map[string]string
 	syncs  chan *backend.State
 	opts   backend.Options
+	// cleaned counts Cleanup calls; cleanupErr is their answer.
+	cleaned    int
+	cleanupErr error
 }
 
 func newFakePlugin(flags ...string) *fakePlugin {
 	return &fakePlugin{flagNames: flags, values: map[string]*string{}, syncs: make(chan *backend.State, 100)}
 }
 
-func (p *fakePlugin) BindFlags(fs *pflag.FlagSet) {
+func (p *fakePlugin) BindFlags(fs *flag.FlagSet) {
 	for _, name := range p.flagNames {
 		if name == "masquerade-bit" { // a typed flag, which rejects bad values
 			p.hasBit = true
@@ -527,7 +530,7 @@ func (p *fakePlugin) BindFlags(fs *pflag.FlagSet) {
 	}
 }
 
-func (p *fakePlugin) Open(_ context.Context, env backend.Env) (backend.Backend, error) {
+func (p *fakePlugin) Open(_ context.Context, env backend.Env) (backend.Backend, backend.Options, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.env = env
@@ -535,11 +538,14 @@ func (p *fakePlugin) Open(_ context.Context, env backend.Env) (backend.Backend, 
 	for name, v := range p.values {
 		p.opened[name] = *v
 	}
-	return p, nil
+	return p, backend.Options{MinSyncPeriod: time.Hour, ResyncPeriod: time.Hour, RetryPeriod: 3 * time.Second}, nil
 }
 
-func (p *fakePlugin) RunOptions() backend.Options {
-	return backend.Options{MinSyncPeriod: time.Hour, ResyncPeriod: time.Hour, RetryPeriod: 3 * time.Second}
+func (p *fakePlugin) Cleanup(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cleaned++
+	return p.cleanupErr
 }
 
 func (p *fakePlugin) Sync(_ context.Context, state *backend.State, _ backend.Changes) error {
@@ -564,7 +570,7 @@ func TestConfigureBackend(t *testing.T) {
 	t.Run("nftables mode sets the nft flags from the configuration", func(t *testing.T) {
 		p := newFakePlugin(nftFlags...)
 		fs := pflag.NewFlagSet("to-nft", pflag.ContinueOnError)
-		p.BindFlags(fs)
+		fs.AddGoFlagSet(pluginFlags("test", p))
 		c := load(v1alpha2Header + "mode: nftables\nlinux: {masqueradeAll: true}\ndetectLocal: {clusterCIDRs: [10.0.0.0/8, fd00::/48]}\nnodePortAddresses: [primary]\nhealthzBindAddress: 127.0.0.1:1234\nminSyncPeriod: 3s\n")
 		set, warnings, err := configureBackend("nft", fs, c)
 		if err != nil || len(warnings) > 0 {
@@ -587,7 +593,7 @@ func TestConfigureBackend(t *testing.T) {
 	t.Run("iptables mode also sets the masquerade bit and localhost node ports", func(t *testing.T) {
 		p := newFakePlugin(append(slices.Clone(nftFlags), "masquerade-bit", "localhost-nodeports")...)
 		fs := pflag.NewFlagSet("to-iptables", pflag.ContinueOnError)
-		p.BindFlags(fs)
+		fs.AddGoFlagSet(pluginFlags("test", p))
 		if _, _, err := configureBackend("iptables", fs, load(v1alpha1Header+"iptables: {masqueradeBit: 3}\n")); err != nil {
 			t.Fatal(err)
 		}
@@ -598,7 +604,7 @@ func TestConfigureBackend(t *testing.T) {
 	t.Run("a setting the backend lacks is an error with configHardFail", func(t *testing.T) {
 		p := newFakePlugin(nftFlags...)
 		fs := pflag.NewFlagSet("to-nft", pflag.ContinueOnError)
-		p.BindFlags(fs)
+		fs.AddGoFlagSet(pluginFlags("test", p))
 		_, _, err := configureBackend("nft", fs, load(v1alpha2Header+"mode: nftables\nnftables: {masqueradeBit: 5}\n"))
 		if err == nil || !strings.Contains(err.Error(), "nftables.masqueradeBit") || !strings.Contains(err.Error(), "--masquerade-bit") {
 			t.Errorf("err = %v, want one naming nftables.masqueradeBit and --masquerade-bit", err)
@@ -607,7 +613,7 @@ func TestConfigureBackend(t *testing.T) {
 	t.Run("a setting the backend lacks is a warning without configHardFail", func(t *testing.T) {
 		p := newFakePlugin(nftFlags...)
 		fs := pflag.NewFlagSet("to-nft", pflag.ContinueOnError)
-		p.BindFlags(fs)
+		fs.AddGoFlagSet(pluginFlags("test", p))
 		_, warnings, err := configureBackend("nft", fs, load(v1alpha2Header+"configHardFail: false\nmode: nftables\nnftables: {masqueradeBit: 5}\n"))
 		if err != nil || len(warnings) != 1 || !strings.Contains(warnings[0], "nftables.masqueradeBit") {
 			t.Errorf("err %v, warnings %q", err, warnings)
@@ -616,7 +622,7 @@ func TestConfigureBackend(t *testing.T) {
 	t.Run("a default setting the backend lacks is no problem, nor are the runner's", func(t *testing.T) {
 		p := newFakePlugin("table")
 		fs := pflag.NewFlagSet("to-x", pflag.ContinueOnError)
-		p.BindFlags(fs)
+		fs.AddGoFlagSet(pluginFlags("test", p))
 		_, warnings, err := configureBackend("x", fs, load(v1alpha2Header+"mode: nftables\nsyncPeriod: 1m\n"))
 		if err != nil || len(warnings) > 0 {
 			t.Errorf("err %v, warnings %q", err, warnings)
@@ -625,7 +631,7 @@ func TestConfigureBackend(t *testing.T) {
 	t.Run("a value the backend rejects is an error", func(t *testing.T) {
 		p := newFakePlugin("masquerade-bit")
 		fs := pflag.NewFlagSet("to-x", pflag.ContinueOnError)
-		p.BindFlags(fs)
+		fs.AddGoFlagSet(pluginFlags("test", p))
 		c := load(v1alpha2Header + "mode: iptables\n")
 		fs.Lookup("masquerade-bit").Value = rejectingValue{}
 		_, _, err := configureBackend("x", fs, c)
@@ -731,21 +737,37 @@ metricsBindAddress: `+metricsAddr+"\n")
 
 func TestProxyCleanup(t *testing.T) {
 	file := writeFile(t, "kp.yaml", v1alpha2Header+"mode: nftables\n")
-	plugin := newFakePlugin(nftFlags...)
-	deps := failingDeps(t)
-	deps.lookup = func(name string) (backend.Registration, bool) {
-		return backend.Registration{Name: name, New: func() backend.Plugin { return plugin }}, true
-	}
-	err := runCommand(context.Background(), testRoot(deps), "proxy", "--config", file, "--cleanup")
-	if err == nil || !strings.Contains(err.Error(), "cannot clean up") {
-		t.Errorf("err = %v, want the backend's inability to clean up", err)
+	for _, failing := range []bool{false, true} {
+		t.Run(fmt.Sprint("failing=", failing), func(t *testing.T) {
+			plugin := newFakePlugin(nftFlags...)
+			if failing {
+				plugin.cleanupErr = errors.New("injected cleanup failure")
+			}
+			deps := failingDeps(t)
+			deps.lookup = func(name string) (backend.Registration, bool) {
+				return backend.Registration{Name: name, New: func() backend.Plugin { return plugin }}, true
+			}
+			others := 0
+			deps.cleanupOthers = func(context.Context) error { others++; return nil }
+			err := runCommand(context.Background(), testRoot(deps), "proxy", "--config", file, "--cleanup")
+			switch {
+			case plugin.cleaned != 1:
+				t.Errorf("the backend's Cleanup ran %d times, want once", plugin.cleaned)
+			case failing && (err == nil || !strings.Contains(err.Error(), "injected cleanup failure")):
+				t.Errorf("err = %v, want the backend's failure", err)
+			case failing && others != 0:
+				t.Errorf("the other proxies' rules were removed after the backend's cleanup failed")
+			case !failing && (err != nil || others != 1):
+				t.Errorf("err = %v, other proxies cleaned %d times; want nil and once", err, others)
+			}
+		})
 	}
 }
 
 func TestConfigureBackendUsesAliases(t *testing.T) {
 	p := newFakePlugin("iptables-masquerade-bit", "iptables-localhost-nodeports")
 	fs := pflag.NewFlagSet("to-x", pflag.ContinueOnError)
-	p.BindFlags(fs)
+	fs.AddGoFlagSet(pluginFlags("test", p))
 	c := config.Default()
 	c.Mode, c.IPTables.MasqueradeBit, c.IPTables.LocalhostNodePorts = config.ProxyModeIPTables, 9, true
 	set, warnings, err := configureBackend("x", fs, c)
@@ -785,7 +807,7 @@ func TestRealBackendsTakeTheRealConfigurations(t *testing.T) {
 				}
 				plugin := reg.New()
 				fs := pflag.NewFlagSet(reg.Name, pflag.ContinueOnError)
-				plugin.BindFlags(fs)
+				fs.AddGoFlagSet(pluginFlags(reg.Name, plugin))
 				set, warnings, err := configureBackend(reg.Name, fs, c)
 				if err != nil || len(warnings) > 0 {
 					t.Fatalf("configureBackend: %v, warnings %q", err, warnings)
@@ -801,7 +823,7 @@ func TestRealBackendsTakeTheRealConfigurations(t *testing.T) {
 				}
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
-				if _, err := plugin.Open(ctx, backend.Env{NodeName: "node-1"}); err != nil {
+				if _, _, err := plugin.Open(ctx, backend.Env{NodeName: "node-1"}); err != nil {
 					t.Errorf("%s rejects the configuration (flags %q): %v", reg.Name, set, err)
 				}
 			})

@@ -6,6 +6,7 @@ package guide
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -15,8 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-
-	"github.com/spf13/pflag"
+	"time"
 
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
@@ -237,15 +237,20 @@ type rulesPlugin struct {
 }
 
 // BindFlags implements backend.Plugin: the flags of `to-rules`.
-func (p *rulesPlugin) BindFlags(fs *pflag.FlagSet) {
+func (p *rulesPlugin) BindFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&p.verbose, "verbose", false, "log every rule written")
 }
 
 // Open implements backend.Plugin: check the flags, prepare the dataplane
-// for env.NodeName, and return the Backend that kpng drives.
-func (p *rulesPlugin) Open(ctx context.Context, env backend.Env) (backend.Backend, error) {
-	return NewRuleBackend(), nil
+// for env.NodeName, and return the Backend that kpng drives with the
+// options it asks for (here, kube-proxy's default sync periods).
+func (p *rulesPlugin) Open(ctx context.Context, env backend.Env) (backend.Backend, backend.Options, error) {
+	return NewRuleBackend(), backend.Options{MinSyncPeriod: time.Second, ResyncPeriod: 30 * time.Second}, nil
 }
+
+// Cleanup implements backend.Plugin: printed rules leave nothing in the
+// kernel to remove.
+func (p *rulesPlugin) Cleanup(ctx context.Context) error { return nil }
 
 func init() {
 	backend.Register(backend.Registration{

@@ -13,11 +13,12 @@ import (
 
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
-	"github.com/kpng/kpng/backend/backendtest"
 	"github.com/kpng/kpng/brain"
 	"github.com/kpng/kpng/client"
 	"github.com/kpng/kpng/cluster"
 	"github.com/kpng/kpng/examples/guide"
+	"github.com/kpng/kpng/local"
+	"github.com/kpng/kpng/local/backendtest"
 	"github.com/kpng/kpng/server"
 	"github.com/kpng/kpng/source/file"
 )
@@ -163,7 +164,7 @@ func TestSameBackendInProcessAndOverGRPC(t *testing.T) {
 		inProcess, overGRPC := guide.NewRuleBackend(), guide.NewRuleBackend()
 		synced, opts := notify()
 		runUntil(t, func(ctx context.Context) error {
-			return backend.Run(ctx, backend.NewLocalFeed(store, brain.Options{NodeName: "node-1"}), inProcess, opts)
+			return backend.Run(ctx, local.NewFeed(store, brain.Options{NodeName: "node-1"}), inProcess, opts)
 		})
 		runUntil(t, func(ctx context.Context) error {
 			return client.RunBackend(ctx, target, "node-1", overGRPC, client.WithRunOptions(opts))
@@ -178,7 +179,7 @@ func TestSameBackendInProcessAndOverGRPC(t *testing.T) {
 		inProcess.Reset()
 		synced, opts := notify()
 		runUntil(t, func(ctx context.Context) error {
-			return backend.Run(ctx, backend.NewLocalFeed(store, brain.Options{NodeName: "node-1"}), backend.FromIncremental(inProcess), opts)
+			return backend.Run(ctx, local.NewFeed(store, brain.Options{NodeName: "node-1"}), backend.FromIncremental(inProcess), opts)
 		})
 		runUntil(t, func(ctx context.Context) error {
 			return guide.RunCounter(ctx, target, "node-1", overGRPC, client.WithRunOptions(opts))

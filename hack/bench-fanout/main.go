@@ -14,7 +14,7 @@
 //
 //   - --full-agents complete node agents: remote.Source copies the cluster
 //     into their own store and the brain computes their node's view
-//     (backend.LocalFeed), exactly as `kpng api --node-name N to-local`;
+//     (local.Feed), exactly as `kpng api --node-name N to-local`;
 //     such an agent holds a change once its node's view has it;
 //   - the others are light agents: client.WatchCluster receives and decodes
 //     every batch, as an agent does, but keeps nothing. A thousand copies of
@@ -55,10 +55,10 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kpng/kpng/api/globalv1"
-	"github.com/kpng/kpng/backend"
 	"github.com/kpng/kpng/brain"
 	"github.com/kpng/kpng/client"
 	"github.com/kpng/kpng/cluster"
+	"github.com/kpng/kpng/local"
 	"github.com/kpng/kpng/server"
 	"github.com/kpng/kpng/source/remote"
 )
@@ -509,7 +509,7 @@ func fullAgent(ctx context.Context, target, node string, first func(), reports c
 	store := cluster.NewStore()
 	src := &remote.Source{Target: target}
 	go func() { _ = src.Run(ctx, store) }()
-	feed := backend.NewLocalFeed(store, brain.Options{NodeName: node})
+	feed := local.NewFeed(store, brain.Options{NodeName: node})
 	started := false
 	for {
 		st, ch, err := feed.Next(ctx)

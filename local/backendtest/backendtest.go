@@ -14,6 +14,10 @@
 //
 // For a sequence of changes, use a Cluster: Apply new file contents and call
 // Next to get the state and changes a backend would receive.
+//
+// It lives beside package local, not under package backend: it runs the
+// file source, the cluster store and the brain, which the contract itself
+// must not depend on.
 package backendtest
 
 import (
@@ -28,13 +32,14 @@ import (
 	"github.com/kpng/kpng/backend"
 	"github.com/kpng/kpng/brain"
 	"github.com/kpng/kpng/cluster"
+	"github.com/kpng/kpng/local"
 	"github.com/kpng/kpng/source/file"
 )
 
 // Cluster is an in-memory cluster with a node's feed over it.
 type Cluster struct {
 	Store *cluster.Store
-	Feed  *backend.LocalFeed
+	Feed  *local.Feed
 	src   file.Source // remembers what the last Apply stored
 	first bool
 }
@@ -43,7 +48,7 @@ type Cluster struct {
 // until the first Apply.
 func NewCluster(node string) *Cluster {
 	store := cluster.NewStore()
-	return &Cluster{Store: store, Feed: backend.NewLocalFeed(store, brain.Options{NodeName: node}), first: true}
+	return &Cluster{Store: store, Feed: local.NewFeed(store, brain.Options{NodeName: node}), first: true}
 }
 
 // Apply replaces the cluster's content with the objects in yamlOrJSON, as

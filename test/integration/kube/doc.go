@@ -7,7 +7,7 @@
 //	go test -tags integration ./test/integration/kube/
 //
 // They assert what a backend would receive: the node-local view through
-// backend.LocalFeed, each delivery with its revision and change list. kpng
+// local.Feed, each delivery with its revision and change list. kpng
 // runs as deploy/rbac.yaml's ServiceAccount, with a token the API server
 // issued, so that the tests also prove those permissions are enough.
 //

@@ -21,6 +21,7 @@ import (
 	"github.com/kpng/kpng/backend"
 	"github.com/kpng/kpng/brain"
 	"github.com/kpng/kpng/cluster"
+	"github.com/kpng/kpng/local"
 	"github.com/kpng/kpng/source/kube"
 	"github.com/kpng/kpng/test/integration/apiserver"
 )
@@ -30,7 +31,7 @@ import (
 const waitTimeout = 60 * time.Second
 
 // harness runs the kube source against a test API server and records every
-// view a backend would be handed (backend.LocalFeed), as a backend sees it.
+// view a backend would be handed (local.Feed), as a backend sees it.
 type harness struct {
 	t      *testing.T
 	src    *kube.Source
@@ -92,7 +93,7 @@ func startSource(t *testing.T, api *apiserver.Server, opts brain.Options) *harne
 	go func() { srcDone <- h.src.Run(ctx, h.store) }()
 	go func() {
 		defer close(feedDone)
-		feed := backend.NewLocalFeed(h.store, opts)
+		feed := local.NewFeed(h.store, opts)
 		for {
 			st, ch, err := feed.Next(ctx)
 			if err != nil {

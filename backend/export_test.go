@@ -1,0 +1,4 @@
+package backend
+
+// Merge exposes merge to the external tests.
+var Merge = merge
