@@ -60,7 +60,8 @@ func Skipped(svc *globalv1.Service, opts Options) string {
 		return "type ExternalName"
 	case len(svc.ClusterIps) == 0 || svc.ClusterIps[0] == "" || svc.ClusterIps[0] == "None":
 		return "no cluster IP (headless)"
-	case svc.ServiceProxyName != nil && (opts.ServiceProxyName == "" || *svc.ServiceProxyName != opts.ServiceProxyName):
+	case svc.ServiceProxyName != nil && (opts.ServiceProxyName == "" || *svc.ServiceProxyName != opts.ServiceProxyName) &&
+		!(mutated("empty-proxy-name-proxied") && *svc.ServiceProxyName == ""):
 		return fmt.Sprintf("served by proxy %q", *svc.ServiceProxyName)
 	}
 	return ""
@@ -108,7 +109,7 @@ func familyView(svc *globalv1.Service, eps []*globalv1.EndpointSlice, family loc
 	for _, ing := range svc.LoadBalancerIngress {
 		// ipMode Proxy: the load balancer sends traffic to the node itself,
 		// so capturing the VIP here would break it.
-		if !ing.IpModeProxy && familyOf(ing.Ip) == family {
+		if (!ing.IpModeProxy || mutated("proxy-mode-ingress-captured")) && familyOf(ing.Ip) == family {
 			s.LoadBalancerIps = append(s.LoadBalancerIps, ing.Ip)
 		}
 	}
@@ -143,7 +144,7 @@ func familyView(svc *globalv1.Service, eps []*globalv1.EndpointSlice, family loc
 	}
 
 	familyExternalIPs := s.ExternalIps
-	if opts.ExternalIPsDisabled {
+	if opts.ExternalIPsDisabled && !mutated("external-ips-gate-ignored") {
 		s.ExternalIps = nil
 	}
 
@@ -160,7 +161,7 @@ func familyView(svc *globalv1.Service, eps []*globalv1.EndpointSlice, family loc
 		}
 		// Per port and family, as upstream's BaseServicePortInfo: the
 		// family's external IPs count even when the gate hides them.
-		portExternallyAccessible := p.NodePort != 0 || len(s.LoadBalancerIps) > 0 || len(familyExternalIPs) > 0
+		portExternallyAccessible := (p.NodePort != 0 && !mutated("node-port-not-external")) || len(s.LoadBalancerIps) > 0 || len(familyExternalIPs) > 0
 		policy := portPolicy{
 			usesCluster: !internalPolicyLocal || portExternallyAccessible,
 			usesLocal:   internalPolicyLocal || (externalPolicyLocal && portExternallyAccessible),
@@ -214,7 +215,7 @@ func mergeSlices(eps []*globalv1.EndpointSlice, family localv1.IPFamily, node No
 	}
 	ordered := make([]*globalv1.EndpointSlice, 0, len(eps))
 	for _, sl := range eps {
-		if sl.AddressType == addrType && !sl.HeadlessLabel {
+		if sl.AddressType == addrType && (!sl.HeadlessLabel || mutated("headless-slices-used")) {
 			ordered = append(ordered, sl)
 		}
 	}
@@ -254,7 +255,7 @@ func mergeSlices(eps []*globalv1.EndpointSlice, family localv1.IPFamily, node No
 				entry := endpoint{Endpoint: ep, zoneHints: e.HintZones, nodeHints: e.HintNodes}
 				k := epKey{ep.Ip, ep.Port}
 				if i, dup := seen[pk][k]; dup {
-					if !ep.Terminating && out[pk][i].Terminating {
+					if !ep.Terminating && out[pk][i].Terminating || mutated("terminating-duplicate-wins") && ep.Terminating && !out[pk][i].Terminating {
 						out[pk][i] = entry
 					}
 					continue

@@ -52,7 +52,7 @@ func categorize(eps []endpoint, policy portPolicy, node Node) (hasAny bool) {
 			// that connections drain instead of failing. Topology is not
 			// applied to the fallback.
 			for _, e := range eps {
-				if e.Serving && e.Terminating {
+				if (e.Serving || mutated("fallback-ignores-serving")) && e.Terminating {
 					e.InClusterSet = true
 					n++
 				}
@@ -78,6 +78,8 @@ func categorize(eps []endpoint, policy portPolicy, node Node) (hasAny bool) {
 	for _, e := range eps {
 		switch {
 		case !e.OnThisNode:
+		case localReady && mutated("local-set-serving-not-ready"):
+			e.InLocalSet = e.Serving
 		case localReady:
 			e.InLocalSet = e.Ready
 		case localServingTerminating:
@@ -113,9 +115,9 @@ func topologyFromHints(eps []endpoint, node Node) topologyMode {
 	switch {
 	case !hasReady:
 		return topologyNone
-	case allNodeHints && forThisNode:
+	case allNodeHints && forThisNode && !mutated("node-hints-ignored"):
 		return topologySameNode
-	case allZoneHints && forThisZone:
+	case (allZoneHints || mutated("zone-hints-partial")) && forThisZone:
 		return topologySameZone
 	}
 	return topologyNone

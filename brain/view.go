@@ -76,7 +76,7 @@ func (v *View) Update(r cluster.Reader) Diff {
 			case cluster.NodeChanged:
 				if c.Key == v.opts.NodeName {
 					nodeDirty = true
-					if NodeFrom(v.opts.NodeName, r.Node(c.Key)) != v.node {
+					if NodeFrom(v.opts.NodeName, r.Node(c.Key)) != v.node && !mutated("zone-change-not-recomputed") {
 						full = true
 					}
 				}
