@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -49,14 +50,29 @@ func startProcess(name, logPath, path string, args ...string) (*process, error) 
 		// (a panic, or go test's -timeout).
 		Pdeathsig: syscall.SIGKILL,
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("%s: starting %s: %w", name, path, err)
-	}
 	p := &process{name: name, logPath: logPath, logStart: st.Size(), cmd: cmd, done: make(chan struct{})}
+	// The parent-death signal fires when the thread that forked the child
+	// exits, not the process, and Go threads do exit: a goroutine that
+	// ends while locked to its thread (as netlab's Netns.Do does, to leave
+	// a network namespace behind) takes the thread with it. Forked from
+	// an arbitrary thread, the API server was killed mid-test whenever
+	// that thread had later served such a goroutine. So the child is
+	// forked from a thread kept locked, hence alive, until it exits.
+	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("%s: starting %s: %w", name, path, err)
+	}
 	return p, nil
 }
 
