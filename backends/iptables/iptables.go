@@ -24,8 +24,7 @@ import (
 
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
-	"github.com/kpng/kpng/proxyutil/conntrack"
-	"github.com/kpng/kpng/proxyutil/healthcheck"
+	"github.com/kpng/kpng/proxyutil/host"
 	"github.com/kpng/kpng/proxyutil/metrics"
 	"github.com/kpng/kpng/proxyutil/sysctl"
 )
@@ -138,66 +137,17 @@ func (p *Plugin) open(ctx context.Context) (*Backend, error) {
 	return b, nil
 }
 
-// startHelpers starts what runs beside the rules, as kube-proxy does: the
-// metrics recorder and server, the /healthz server and the service
-// health-check listeners, and the stale UDP conntrack cleaners. Servers stop
-// when ctx ends.
+// startHelpers starts what runs beside the rules, as kube-proxy does
+// (host.StartHelpers), for b's families, and keeps the driver hooks that
+// feed them. Servers stop when ctx ends.
 func (p *Plugin) startHelpers(ctx context.Context, b *Backend) error {
-	cfg := &p.Config
 	var families []localv1.IPFamily
 	for _, px := range b.proxiers {
 		families = append(families, px.family)
 	}
-	rec := metrics.NewRecorder(metrics.ModeIPTables, families...)
-	onQueued := []func(*backend.State, backend.Changes){rec.OnQueued}
-	onSync := []func(backend.SyncResult){rec.OnSync}
-	var health healthcheck.HealthChecker
-	if cfg.HealthzBindAddress != "" {
-		hz := healthcheck.NewProxyHealthServer(cfg.HealthzBindAddress, 2*cfg.SyncPeriod, families...)
-		ln, err := hz.Listen()
-		if err != nil {
-			return err
-		}
-		go func() {
-			if err := hz.Serve(ctx, ln); err != nil {
-				klog.FromContext(ctx).Error(err, "Health server stopped")
-			}
-		}()
-		onQueued = append(onQueued, hz.OnQueued)
-		onSync = append(onSync, hz.OnSync)
-		health = hz
-	}
-	svc := healthcheck.NewServiceHealthServer(healthcheck.ServiceOptions{NodePortAddresses: cfg.NodePortAddresses, Proxy: health})
-	context.AfterFunc(ctx, svc.Close)
-	onSync = append(onSync, svc.OnSync)
-	if cfg.MetricsBindAddress != "" {
-		srv := &metrics.Server{Addr: cfg.MetricsBindAddress, ProxyMode: metrics.ModeIPTables}
-		ln, err := srv.Listen()
-		if err != nil {
-			return err
-		}
-		go func() {
-			if err := srv.Serve(ctx, ln); err != nil {
-				klog.FromContext(ctx).Error(err, "Metrics server stopped")
-			}
-		}()
-	}
-	if !cfg.DryRun {
-		for _, f := range families {
-			onSync = append(onSync, conntrack.NewCleaner(f).OnSync)
-		}
-	}
-	p.opts.OnQueued = func(st *backend.State, ch backend.Changes) {
-		for _, f := range onQueued {
-			f(st, ch)
-		}
-	}
-	p.opts.OnSync = func(r backend.SyncResult) {
-		for _, f := range onSync {
-			f(r)
-		}
-	}
-	return nil
+	opts, err := host.StartHelpers(ctx, metrics.ModeIPTables, &p.Config.Config, families)
+	p.opts = opts
+	return err
 }
 
 func chooseVariant(ctx context.Context, mode string) (variant, error) {

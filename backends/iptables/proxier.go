@@ -14,6 +14,7 @@ import (
 
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/proxyutil/host"
 )
 
 // proxier programs one IP family's tables (ip or ip6), as kube-proxy runs
@@ -25,7 +26,7 @@ type proxier struct {
 	run    runner
 
 	rend      renderer
-	nodePorts nodePortSelector
+	nodePorts host.NodePorts
 	// localhostNodePorts: IPv4 node ports on 127.0.0.0/8 (route_localnet).
 	localhostNodePorts bool
 	// dropInvalid: nf_conntrack_tcp_be_liberal is off, so INVALID packets
@@ -79,11 +80,11 @@ func newProxier(ipv6 bool, cfg *Config, run runner) *proxier {
 		p.family = localv1.IPFamily_IPV6
 	}
 	p.rend = renderer{ipv6: ipv6, masqueradeAll: cfg.MasqueradeAll}
-	p.nodePorts = cfg.nodePorts(ipv6)
-	p.localhostNodePorts = !ipv6 && cfg.LocalhostNodePorts && p.nodePorts.containsLoopback
-	p.markMasq = fmt.Sprintf("%#x", 1<<uint(cfg.MasqueradeBit))
+	p.nodePorts = host.NodePortsOf(cfg.NodePortAddresses, ipv6)
+	p.localhostNodePorts = !ipv6 && cfg.LocalhostNodePorts && p.nodePorts.ContainsLoopback
+	p.markMasq = fmt.Sprintf("%#x", host.MasqueradeMark(cfg.MasqueradeBit))
 	p.dropInvalid = true
-	p.nodePortsAll = p.nodePorts.matchAll
+	p.nodePortsAll = p.nodePorts.All
 	return p
 }
 
@@ -136,19 +137,32 @@ func (p *proxier) setNode(state *backend.State) {
 		podCIDRs = n.PodCidrs
 	}
 	p.rend.nodeIP = primary
-	p.rend.local = p.cfg.detector(p.ipv6, podCIDRs)
+	p.rend.local = localMatch(host.DetectLocal(&p.cfg.Config, p.ipv6, podCIDRs))
 	p.nodePortIPs = nil
 	// "primary" is one CIDR per family of the node's primary IP (not
 	// loopback), as kube-proxy turns it; a family without one has no CIDR,
 	// so it matches all local addresses, as kube-proxy's does.
-	p.nodePortsAll = p.nodePorts.matchAll || p.nodePorts.primary && (!primary.IsValid() || primary.IsLoopback())
+	p.nodePortsAll = p.nodePorts.AllAddresses(primary)
 	if !p.nodePortsAll {
-		ips, err := p.nodePorts.addresses(p.ipv6, primary)
+		ips, err := p.nodePortAddresses(primary)
 		if err != nil {
 			klog.Background().Error(err, "Node ports will not be reachable", "family", p.name())
 		}
 		p.nodePortIPs = ips
 	}
+}
+
+// nodePortAddresses returns the addresses that accept node ports when not
+// all do: the primary IP, or the interface addresses within the CIDRs.
+func (p *proxier) nodePortAddresses(primary netip.Addr) ([]netip.Addr, error) {
+	var local []netip.Addr
+	if !p.nodePorts.Primary {
+		var err error
+		if local, err = host.InterfaceAddrs(); err != nil {
+			return nil, err
+		}
+	}
+	return p.nodePorts.Addresses(p.ipv6, primary, local), nil
 }
 
 func (p *proxier) fullSync(ctx context.Context, state *backend.State, changes backend.Changes) (syncResult, error) {
@@ -383,10 +397,10 @@ func (p *proxier) partialSync(ctx context.Context, state *backend.State, changes
 		}
 	}
 	var dirty [numShared]bool
-	if canary && !p.nodePorts.matchAll && !p.nodePorts.primary {
+	if canary && !p.nodePorts.All && !p.nodePorts.Primary {
 		// A periodic sync follows the interface addresses that accept
 		// node ports, as kube-proxy reads them at each sync.
-		if ips, err := p.nodePorts.addresses(p.ipv6, netip.Addr{}); err == nil && !slices.Equal(ips, p.nodePortIPs) {
+		if ips, err := p.nodePortAddresses(netip.Addr{}); err == nil && !slices.Equal(ips, p.nodePortIPs) {
 			p.nodePortIPs = ips
 			dirty[natServices] = true
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/proxyutil/host"
 )
 
 // testConfig is the default configuration with cluster CIDRs, and every
@@ -453,8 +454,8 @@ func TestConfigValidate(t *testing.T) {
 		"primary with a CIDR":          func(c *Config) { c.NodePortAddresses = []string{"primary", "10.0.0.0/8"} },
 		"bad CIDR":                     func(c *Config) { c.NodePortAddresses = []string{"10.0.0.0"} },
 		"two IPv4 cluster CIDRs":       func(c *Config) { c.ClusterCIDRs = []string{"10.0.0.0/8", "11.0.0.0/8"} },
-		"bridge mode without a bridge": func(c *Config) { c.DetectLocalMode = LocalModeBridgeInterface },
-		"prefix mode without a prefix": func(c *Config) { c.DetectLocalMode = LocalModeInterfaceNamePrefix },
+		"bridge mode without a bridge": func(c *Config) { c.DetectLocalMode = host.LocalModeBridgeInterface },
+		"prefix mode without a prefix": func(c *Config) { c.DetectLocalMode = host.LocalModeInterfaceNamePrefix },
 		"unknown detect-local mode":    func(c *Config) { c.DetectLocalMode = "Magic" },
 		"unknown iptables mode":        func(c *Config) { c.Mode = "bpf" },
 		"lock wait under a second":     func(c *Config) { c.LockWait = 0 },
@@ -481,15 +482,15 @@ func TestDetector(t *testing.T) {
 		ipv6  bool
 		local string
 	}{
-		{LocalModeClusterCIDR, false, "-s 10.244.0.0/16"},
+		{host.LocalModeClusterCIDR, false, "-s 10.244.0.0/16"},
 		{"", true, "-s fd00:10:244::/48"},
-		{LocalModeNodeCIDR, false, "-s 10.244.1.0/24"},
-		{LocalModeNodeCIDR, true, ""},
-		{LocalModeBridgeInterface, false, "-i kpbr0"},
-		{LocalModeInterfaceNamePrefix, true, "-i veth+"},
+		{host.LocalModeNodeCIDR, false, "-s 10.244.1.0/24"},
+		{host.LocalModeNodeCIDR, true, ""},
+		{host.LocalModeBridgeInterface, false, "-i kpbr0"},
+		{host.LocalModeInterfaceNamePrefix, true, "-i veth+"},
 	} {
 		c.DetectLocalMode, c.PodBridgeInterface, c.PodInterfaceNamePrefix = tc.mode, "kpbr0", "veth"
-		d := c.detector(tc.ipv6, []string{"10.244.1.0/24"})
+		d := localMatch(host.DetectLocal(&c.Config, tc.ipv6, []string{"10.244.1.0/24"}))
 		if got := strings.Join(d.ifLocal, " "); got != tc.local {
 			t.Errorf("%s ipv6=%v: ifLocal %q, want %q", tc.mode, tc.ipv6, got, tc.local)
 		}
@@ -529,7 +530,7 @@ func TestResyncReusesTheRecord(t *testing.T) {
 	// A node change (here: its pod CIDR, which NodeCIDR detection uses)
 	// renders everything again.
 	cfg := testConfig()
-	cfg.DetectLocalMode = LocalModeNodeCIDR
+	cfg.DetectLocalMode = host.LocalModeNodeCIDR
 	p = newProxier(false, cfg, f)
 	mustSync(t, p, st, backend.Changes{Reset: true})
 	recA = p.services[ka]

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/proxyutil/host"
 )
 
 // TestNetlinkMatchesNft applies a sequence of incremental changes through
@@ -24,10 +25,10 @@ func TestNetlinkMatchesNft(t *testing.T) {
 			c.ClusterCIDRs = []string{"10.0.0.0/14", "fd01::/60"}
 		},
 		"InterfaceNamePrefix": func(c *Config) {
-			c.DetectLocalMode, c.PodInterfaceNamePrefix = LocalModeInterfaceNamePrefix, "veth"
+			c.DetectLocalMode, c.PodInterfaceNamePrefix = host.LocalModeInterfaceNamePrefix, "veth"
 		},
 		"BridgeInterface": func(c *Config) {
-			c.DetectLocalMode, c.PodBridgeInterface = LocalModeBridgeInterface, "cbr0"
+			c.DetectLocalMode, c.PodBridgeInterface = host.LocalModeBridgeInterface, "cbr0"
 		},
 	}
 	for _, name := range slices.Sorted(func(yield func(string) bool) {

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/proxyutil/host"
 )
 
 // fakeKernel answers netlink batches as the kernel does (one ack for the
@@ -131,9 +132,9 @@ func TestNetlinkRuleShapes(t *testing.T) {
 		{"ClusterCIDR", func(*Config) {}},
 		{"ClusterCIDR /14", func(c *Config) { c.ClusterCIDRs = []string{"10.0.0.0/14", "fd01::/60"} }},
 		{"InterfaceNamePrefix", func(c *Config) {
-			c.DetectLocalMode, c.PodInterfaceNamePrefix = LocalModeInterfaceNamePrefix, "veth"
+			c.DetectLocalMode, c.PodInterfaceNamePrefix = host.LocalModeInterfaceNamePrefix, "veth"
 		}},
-		{"BridgeInterface", func(c *Config) { c.DetectLocalMode, c.PodBridgeInterface = LocalModeBridgeInterface, "cbr0" }},
+		{"BridgeInterface", func(c *Config) { c.DetectLocalMode, c.PodBridgeInterface = host.LocalModeBridgeInterface, "cbr0" }},
 	} {
 		cfg := testConfig()
 		mode.cfg(&cfg)

@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -21,6 +20,8 @@ import (
 
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/proxyutil/host"
+	"github.com/kpng/kpng/proxyutil/metrics"
 )
 
 func init() {
@@ -31,36 +32,12 @@ func init() {
 	})
 }
 
-// Detect-local modes, as kube-proxy's --detect-local-mode.
-const (
-	LocalModeClusterCIDR         = "ClusterCIDR"
-	LocalModeNodeCIDR            = "NodeCIDR"
-	LocalModeBridgeInterface     = "BridgeInterface"
-	LocalModeInterfaceNamePrefix = "InterfaceNamePrefix"
-	LocalModeNone                = "None"
-)
-
 // Config is the backend's configuration: kube-proxy's flags of the same
-// names.
+// names (host.Config) and the backend's own.
 type Config struct {
-	Table                  string
-	NodePortAddresses      []string // CIDRs, or ["primary"]
-	MasqueradeAll          bool
-	MasqueradeBit          int
-	ClusterCIDRs           []string
-	DetectLocalMode        string
-	PodBridgeInterface     string
-	PodInterfaceNamePrefix string
-	MinSyncPeriod          time.Duration
-	SyncPeriod             time.Duration
-	// FullSyncPeriod is how often a periodic sync reads the tables back
-	// and repairs any difference; the periodic syncs in between only check
-	// the tables' fixed chains (see check.go).
-	FullSyncPeriod     time.Duration
-	HealthzBindAddress string
-	MetricsBindAddress string
-	DryRun             bool
-	IPFamilies         []string
+	host.Config
+	// Table names the backend's tables (one per family).
+	Table string
 	// Netlink writes the incremental transactions through netlink rather
 	// than the nft command (which reads the whole table first).
 	Netlink bool
@@ -72,20 +49,24 @@ type Config struct {
 // changed (milliseconds at 10,000 services), so 100 ms bounds the kernel
 // commits to ten a second without making every change wait up to a second.
 // (kpng proxy passes the configuration's minSyncPeriod, 1 s by default, as
-// kube-proxy does.)
+// kube-proxy does.) FullSyncPeriod is how often a periodic sync reads the
+// tables back and repairs any difference; the periodic syncs in between
+// only check the tables' fixed chains (see check.go).
 func DefaultConfig() Config {
 	return Config{
-		Table:              "kpng",
-		NodePortAddresses:  []string{"primary"},
-		MasqueradeBit:      14,
-		DetectLocalMode:    LocalModeClusterCIDR,
-		MinSyncPeriod:      100 * time.Millisecond,
-		SyncPeriod:         30 * time.Second,
-		FullSyncPeriod:     time.Hour,
-		HealthzBindAddress: "0.0.0.0:10256",
-		MetricsBindAddress: "127.0.0.1:10249",
-		IPFamilies:         []string{"ipv4", "ipv6"},
-		Netlink:            true,
+		Config: host.Config{
+			NodePortAddresses:  []string{"primary"},
+			MasqueradeBit:      14,
+			DetectLocalMode:    host.LocalModeClusterCIDR,
+			MinSyncPeriod:      100 * time.Millisecond,
+			SyncPeriod:         30 * time.Second,
+			FullSyncPeriod:     time.Hour,
+			HealthzBindAddress: "0.0.0.0:10256",
+			MetricsBindAddress: "127.0.0.1:10249",
+			IPFamilies:         []string{"ipv4", "ipv6"},
+		},
+		Table:   "kpng",
+		Netlink: true,
 	}
 }
 
@@ -95,49 +76,7 @@ func (c *Config) Validate() error {
 	if c.Table == "" {
 		errs = append(errs, errors.New("--table must not be empty"))
 	}
-	if !(len(c.NodePortAddresses) == 1 && c.NodePortAddresses[0] == "primary") {
-		for _, s := range c.NodePortAddresses {
-			if _, err := netip.ParsePrefix(s); err != nil {
-				errs = append(errs, fmt.Errorf("--nodeport-addresses: %q is neither a CIDR nor \"primary\" alone", s))
-			}
-		}
-	}
-	for _, s := range c.ClusterCIDRs {
-		if _, err := netip.ParsePrefix(s); err != nil {
-			errs = append(errs, fmt.Errorf("--cluster-cidr: %w", err))
-		}
-	}
-	if c.MasqueradeBit < 0 || c.MasqueradeBit > 31 {
-		errs = append(errs, fmt.Errorf("--iptables-masquerade-bit %d: must be within [0, 31]", c.MasqueradeBit))
-	}
-	switch c.DetectLocalMode {
-	case "", LocalModeClusterCIDR, LocalModeNodeCIDR, LocalModeNone:
-	case LocalModeBridgeInterface:
-		if c.PodBridgeInterface == "" {
-			errs = append(errs, errors.New("--detect-local-mode=BridgeInterface needs --pod-bridge-interface"))
-		}
-	case LocalModeInterfaceNamePrefix:
-		if c.PodInterfaceNamePrefix == "" {
-			errs = append(errs, errors.New("--detect-local-mode=InterfaceNamePrefix needs --pod-interface-name-prefix"))
-		}
-	default:
-		errs = append(errs, fmt.Errorf("--detect-local-mode %q: want one of ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix, None", c.DetectLocalMode))
-	}
-	if len(c.IPFamilies) == 0 {
-		errs = append(errs, errors.New("--ip-families must name at least one family"))
-	}
-	for _, f := range c.IPFamilies {
-		if f != "ipv4" && f != "ipv6" {
-			errs = append(errs, fmt.Errorf("--ip-families: %q is not ipv4 or ipv6", f))
-		}
-	}
-	if c.MinSyncPeriod < 0 || c.SyncPeriod <= 0 {
-		errs = append(errs, errors.New("--min-sync-period must be >= 0 and --sync-period > 0"))
-	}
-	if c.FullSyncPeriod < 0 {
-		errs = append(errs, fmt.Errorf("--full-sync-period %v: must be >= 0", c.FullSyncPeriod))
-	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, c.Config.Validate())...)
 }
 
 // Plugin is the to-nft command: its flags, then the backend.
@@ -156,21 +95,7 @@ func (p *Plugin) BindFlags(fs *flag.FlagSet) {
 	p.set = true
 	c := &p.Config
 	fs.StringVar(&c.Table, "table", c.Table, "name of the nftables tables to use (one per family: ip NAME and ip6 NAME)")
-	backend.StringsVar(fs, &c.NodePortAddresses, "nodeport-addresses", c.NodePortAddresses,
-		`addresses that accept NodePort traffic: CIDRs (the node's addresses within them), or "primary" (the node's primary IP of each family); a family without any CIDR accepts on all its local addresses`)
-	fs.BoolVar(&c.MasqueradeAll, "masquerade-all", c.MasqueradeAll, "SNAT all traffic sent to cluster IPs")
-	fs.IntVar(&c.MasqueradeBit, "iptables-masquerade-bit", c.MasqueradeBit, "the bit of the packet mark that marks packets to masquerade")
-	backend.StringsVar(fs, &c.ClusterCIDRs, "cluster-cidr", c.ClusterCIDRs, "the pod CIDRs of the cluster (for --detect-local-mode=ClusterCIDR): traffic from elsewhere to a cluster IP is masqueraded")
-	fs.StringVar(&c.DetectLocalMode, "detect-local-mode", c.DetectLocalMode, "how to tell pod traffic: ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix or None")
-	fs.StringVar(&c.PodBridgeInterface, "pod-bridge-interface", c.PodBridgeInterface, "the bridge of local pods (--detect-local-mode=BridgeInterface)")
-	fs.StringVar(&c.PodInterfaceNamePrefix, "pod-interface-name-prefix", c.PodInterfaceNamePrefix, "the name prefix of local pods' interfaces (--detect-local-mode=InterfaceNamePrefix)")
-	fs.DurationVar(&c.MinSyncPeriod, "min-sync-period", c.MinSyncPeriod, "least time between two syncs; changes arriving sooner are batched")
-	fs.DurationVar(&c.SyncPeriod, "sync-period", c.SyncPeriod, "how often a periodic sync checks the tables' fixed chains, repairing the tables when they were changed behind kpng's back")
-	fs.DurationVar(&c.FullSyncPeriod, "full-sync-period", c.FullSyncPeriod, "how often a periodic sync reads the whole tables back and repairs any difference (kube-proxy: 1h, fixed); 0: every periodic sync")
-	fs.StringVar(&c.HealthzBindAddress, "healthz-bind-address", c.HealthzBindAddress, "address of the /healthz and /livez server (empty: none)")
-	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "address of the /metrics server (empty: none)")
-	fs.BoolVar(&c.DryRun, "dry-run", c.DryRun, "print each transaction instead of running it")
-	backend.StringsVar(fs, &c.IPFamilies, "ip-families", c.IPFamilies, "the IP families to program (ipv4, ipv6)")
+	c.Config.BindFlags(fs)
 	fs.BoolVar(&c.Netlink, "netlink", c.Netlink, "write incremental transactions through netlink (false: with the nft command, which first reads the whole table)")
 }
 
@@ -221,7 +146,7 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, ba
 	for _, t := range tables {
 		families = append(families, t.fam.model)
 	}
-	opts, err := p.startHelpers(ctx, families)
+	opts, err := host.StartHelpers(ctx, metrics.ModeNFTables, &p.Config.Config, families)
 	if err != nil {
 		return nil, backend.Options{}, err
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/proxyutil/host"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -44,7 +45,7 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 	d := DefaultConfig()
-	if d.Table != "kpng" || strings.Join(d.NodePortAddresses, ",") != "primary" || d.DetectLocalMode != LocalModeClusterCIDR ||
+	if d.Table != "kpng" || strings.Join(d.NodePortAddresses, ",") != "primary" || d.DetectLocalMode != host.LocalModeClusterCIDR ||
 		d.MinSyncPeriod.String() != "100ms" || d.SyncPeriod.String() != "30s" || d.FullSyncPeriod.String() != "1h0m0s" || d.HealthzBindAddress != "0.0.0.0:10256" || d.MetricsBindAddress != "127.0.0.1:10249" {
 		t.Errorf("defaults differ from kube-proxy's: %+v", d)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/proxyutil/host"
 )
 
 // The fixed ruleset of an IPv4 table with the default flags: upstream
@@ -84,20 +85,22 @@ func TestFixedRulesetFlags(t *testing.T) {
 		wantNot: []string{`add rule ip kpng services ip daddr @cluster-ips ip saddr != 10.0.0.0/16 mark set mark or 0x00004000 comment "masquerade clusterIP traffic from outside cluster"`},
 	}, {
 		name:    "no local detection: no off-cluster masquerade rule",
-		cfg:     func(c *Config) { c.DetectLocalMode = LocalModeNone },
+		cfg:     func(c *Config) { c.DetectLocalMode = host.LocalModeNone },
 		wantNot: []string{`add rule ip kpng services ip daddr @cluster-ips ip saddr != 10.0.0.0/16 mark set mark or 0x00004000 comment "masquerade clusterIP traffic from outside cluster"`},
 	}, {
 		name:     "detect local by node CIDR uses the node's pod CIDR",
-		cfg:      func(c *Config) { c.DetectLocalMode = LocalModeNodeCIDR },
+		cfg:      func(c *Config) { c.DetectLocalMode = host.LocalModeNodeCIDR },
 		want:     []string{`add rule ip kpng services ip daddr @cluster-ips ip saddr != 10.0.1.0/24 mark set mark or 0x00004000 comment "masquerade clusterIP traffic from outside cluster"`},
 		wantIPv6: []string{`add rule ip6 kpng services ip6 daddr @cluster-ips ip6 saddr != fd01:1::/64 mark set mark or 0x00004000 comment "masquerade clusterIP traffic from outside cluster"`},
 	}, {
 		name: "detect local by bridge interface",
-		cfg:  func(c *Config) { c.DetectLocalMode, c.PodBridgeInterface = LocalModeBridgeInterface, "cbr0" },
+		cfg:  func(c *Config) { c.DetectLocalMode, c.PodBridgeInterface = host.LocalModeBridgeInterface, "cbr0" },
 		want: []string{`add rule ip kpng services ip daddr @cluster-ips iifname != cbr0 mark set mark or 0x00004000 comment "masquerade clusterIP traffic from outside cluster"`},
 	}, {
 		name: "detect local by interface name prefix",
-		cfg:  func(c *Config) { c.DetectLocalMode, c.PodInterfaceNamePrefix = LocalModeInterfaceNamePrefix, "veth" },
+		cfg: func(c *Config) {
+			c.DetectLocalMode, c.PodInterfaceNamePrefix = host.LocalModeInterfaceNamePrefix, "veth"
+		},
 		want: []string{`add rule ip kpng services ip daddr @cluster-ips iifname != veth* mark set mark or 0x00004000 comment "masquerade clusterIP traffic from outside cluster"`},
 	}, {
 		name: "nodeport addresses by CIDR: the local addresses inside; IPv6 without a CIDR accepts on all",

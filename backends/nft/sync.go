@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/proxyutil/host"
 	"github.com/kpng/kpng/proxyutil/metrics"
 )
 
@@ -56,13 +56,13 @@ type SyncStats struct {
 
 // NewBackend returns a backend writing to tables (see Plugin.Open).
 func NewBackend(cfg Config, tables ...*table) *Backend {
-	return &Backend{cfg: cfg, tables: tables, log: logr.Discard(), interfaceAddrs: interfaceAddrs, now: time.Now}
+	return &Backend{cfg: cfg, tables: tables, log: logr.Discard(), interfaceAddrs: host.InterfaceAddrs, now: time.Now}
 }
 
 // Sync implements backend.Backend.
 func (b *Backend) Sync(ctx context.Context, state *backend.State, changes backend.Changes) error {
 	start := b.now()
-	if b.cfg.nodePortCIDRMode() && (changes.Reset || changes.Resync || changes.NodeChanged || b.localAddrs == nil) {
+	if !b.cfg.nodePorts(false).Primary && (changes.Reset || changes.Resync || changes.NodeChanged || b.localAddrs == nil) {
 		addrs, err := b.interfaceAddrs()
 		if err != nil {
 			return fmt.Errorf("listing local addresses for --nodeport-addresses: %w", err)
@@ -209,7 +209,7 @@ func owner(k backend.ServiceKey) string { return k.Namespace + "/" + k.Name }
 // env computes what the rules of family f depend on besides the services.
 func (b *Backend) env(f family, state *backend.State) *env {
 	c := &b.cfg
-	mark := fmt.Sprintf("%#08x", 1<<uint(c.MasqueradeBit))
+	mark := fmt.Sprintf("%#08x", host.MasqueradeMark(c.MasqueradeBit))
 	e := &env{family: f, masqueradeMark: mark, masqueradeRule: "mark set mark or " + mark, masqueradeAll: c.MasqueradeAll}
 	var nodeAddrs, podCIDRs []string
 	if state.Node != nil {
@@ -222,55 +222,27 @@ func (b *Backend) env(f family, state *backend.State) *env {
 		}
 	}
 
-	// Local traffic detection.
-	local := func(cidrs []string) {
-		for _, s := range cidrs {
-			if p, err := netip.ParsePrefix(s); err == nil && f.has(p.Addr()) {
-				p = p.Masked()
-				e.ifLocal = []string{f.ipX, "saddr", p.String()}
-				e.ifNotLocal = []string{f.ipX, "saddr", "!=", p.String()}
-				return
-			}
-		}
-	}
-	switch c.DetectLocalMode {
-	case LocalModeClusterCIDR, "":
-		local(c.ClusterCIDRs)
-	case LocalModeNodeCIDR:
-		local(podCIDRs)
-	case LocalModeBridgeInterface:
-		e.ifLocal = []string{"iifname", c.PodBridgeInterface}
-		e.ifNotLocal = []string{"iifname", "!=", c.PodBridgeInterface}
-	case LocalModeInterfaceNamePrefix:
-		e.ifLocal = []string{"iifname", c.PodInterfaceNamePrefix + "*"}
-		e.ifNotLocal = []string{"iifname", "!=", c.PodInterfaceNamePrefix + "*"}
+	is6 := f.model == ipv6.model
+	switch l := host.DetectLocal(&c.Config, is6, podCIDRs); {
+	case l.CIDR.IsValid():
+		e.ifLocal = []string{f.ipX, "saddr", l.CIDR.String()}
+		e.ifNotLocal = []string{f.ipX, "saddr", "!=", l.CIDR.String()}
+	case l.Interface != "":
+		e.ifLocal = []string{"iifname", l.Interface}
+		e.ifNotLocal = []string{"iifname", "!=", l.Interface}
+	case l.InterfacePrefix != "":
+		e.ifLocal = []string{"iifname", l.InterfacePrefix + "*"}
+		e.ifNotLocal = []string{"iifname", "!=", l.InterfacePrefix + "*"}
 	}
 
-	// Node ports: as kube-proxy, a family without any CIDR of its own in
-	// --nodeport-addresses accepts node ports on all its local addresses.
-	var cidrs []netip.Prefix
-	if c.nodePortCIDRMode() {
-		for _, s := range c.NodePortAddresses {
-			if p, err := netip.ParsePrefix(s); err == nil && f.has(p.Addr()) {
-				cidrs = append(cidrs, p.Masked())
-			}
-		}
-	} else if e.nodeIP.IsValid() && !e.nodeIP.IsLoopback() {
-		cidrs = []netip.Prefix{netip.PrefixFrom(e.nodeIP, e.nodeIP.BitLen())}
-	}
-	e.nodePortAll = len(cidrs) == 0 || slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Bits() == 0 })
+	// Node ports: nftables mode never accepts them on loopback addresses.
+	np := c.nodePorts(is6)
+	e.nodePortAll = np.AllAddresses(e.nodeIP)
 	if !e.nodePortAll {
-		candidates := b.localAddrs
-		if !c.nodePortCIDRMode() {
-			candidates = []netip.Addr{e.nodeIP}
-		}
-		seen := map[netip.Addr]bool{}
-		for _, a := range candidates {
-			if seen[a] || a.IsLoopback() || !f.has(a) || !slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Contains(a) }) {
-				continue
+		for _, a := range np.Addresses(is6, e.nodeIP, b.localAddrs) {
+			if !a.IsLoopback() {
+				e.nodePortIPs = append(e.nodePortIPs, a.String())
 			}
-			seen[a] = true
-			e.nodePortIPs = append(e.nodePortIPs, a.String())
 		}
 		slices.Sort(e.nodePortIPs)
 	}
@@ -283,24 +255,7 @@ func (b *Backend) env(f family, state *backend.State) *env {
 	return e
 }
 
-// nodePortCIDRMode: --nodeport-addresses is a list of CIDRs (not "primary").
-func (c *Config) nodePortCIDRMode() bool {
-	return !(len(c.NodePortAddresses) == 1 && c.NodePortAddresses[0] == "primary")
-}
-
-// interfaceAddrs lists the addresses of the network namespace's interfaces.
-func interfaceAddrs() ([]netip.Addr, error) {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil, err
-	}
-	var out []netip.Addr
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(n.IP); ok {
-				out = append(out, ip.Unmap())
-			}
-		}
-	}
-	return out, nil
+// nodePorts is --nodeport-addresses for a family.
+func (c *Config) nodePorts(ipv6 bool) host.NodePorts {
+	return host.NodePortsOf(c.NodePortAddresses, ipv6)
 }

@@ -1,4 +1,4 @@
-package nft
+package host
 
 import (
 	"context"
@@ -12,19 +12,21 @@ import (
 	"github.com/kpng/kpng/proxyutil/metrics"
 )
 
-// startHelpers starts what kube-proxy runs beside its proxier: the metrics
-// recorder and server, /healthz and /livez, the services' health-check
-// listeners, and the stale UDP conntrack cleaners. It returns the driver
-// hooks that feed them; the servers stop when ctx ends.
-func (p *Plugin) startHelpers(ctx context.Context, families []localv1.IPFamily) (backend.Options, error) {
-	cfg := &p.Config
+// StartHelpers starts what kube-proxy runs beside its rules (it listens
+// on the host): the metrics recorder of mode (metrics.ModeNFTables, ...)
+// and, unless their address is empty, the /metrics server and the
+// /healthz and /livez server; the services' health-check listeners; and,
+// unless c.DryRun, the stale UDP conntrack cleaners of families. It
+// returns the driver options that feed them, with c's sync periods. The
+// servers stop when ctx ends.
+func StartHelpers(ctx context.Context, mode string, c *Config, families []localv1.IPFamily) (backend.Options, error) {
 	log := klog.FromContext(ctx)
-	rec := metrics.NewRecorder(metrics.ModeNFTables, families...)
+	rec := metrics.NewRecorder(mode, families...)
 	onQueued := []func(*backend.State, backend.Changes){rec.OnQueued}
 	onSync := []func(backend.SyncResult){rec.OnSync}
 	var health healthcheck.HealthChecker
-	if cfg.HealthzBindAddress != "" {
-		hz := healthcheck.NewProxyHealthServer(cfg.HealthzBindAddress, 2*cfg.SyncPeriod, families...)
+	if c.HealthzBindAddress != "" {
+		hz := healthcheck.NewProxyHealthServer(c.HealthzBindAddress, 2*c.SyncPeriod, families...)
 		ln, err := hz.Listen()
 		if err != nil {
 			return backend.Options{}, err
@@ -38,11 +40,11 @@ func (p *Plugin) startHelpers(ctx context.Context, families []localv1.IPFamily) 
 		onSync = append(onSync, hz.OnSync)
 		health = hz
 	}
-	svc := healthcheck.NewServiceHealthServer(healthcheck.ServiceOptions{NodePortAddresses: cfg.NodePortAddresses, Proxy: health})
+	svc := healthcheck.NewServiceHealthServer(healthcheck.ServiceOptions{NodePortAddresses: c.NodePortAddresses, Proxy: health})
 	context.AfterFunc(ctx, svc.Close)
 	onSync = append(onSync, svc.OnSync)
-	if cfg.MetricsBindAddress != "" {
-		srv := &metrics.Server{Addr: cfg.MetricsBindAddress, ProxyMode: metrics.ModeNFTables}
+	if c.MetricsBindAddress != "" {
+		srv := &metrics.Server{Addr: c.MetricsBindAddress, ProxyMode: mode}
 		ln, err := srv.Listen()
 		if err != nil {
 			return backend.Options{}, err
@@ -53,14 +55,14 @@ func (p *Plugin) startHelpers(ctx context.Context, families []localv1.IPFamily) 
 			}
 		}()
 	}
-	if !cfg.DryRun {
+	if !c.DryRun {
 		for _, f := range families {
 			onSync = append(onSync, conntrack.NewCleaner(f).OnSync)
 		}
 	}
 	return backend.Options{
-		MinSyncPeriod: cfg.MinSyncPeriod,
-		ResyncPeriod:  cfg.SyncPeriod,
+		MinSyncPeriod: c.MinSyncPeriod,
+		ResyncPeriod:  c.SyncPeriod,
 		OnQueued: func(st *backend.State, ch backend.Changes) {
 			for _, f := range onQueued {
 				f(st, ch)
