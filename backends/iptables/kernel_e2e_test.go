@@ -3,7 +3,6 @@
 package iptables
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -15,7 +14,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,6 +24,7 @@ import (
 
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/internal/procstat"
 )
 
 // newNetns creates a network namespace for one test and deletes it when the
@@ -423,7 +422,7 @@ func benchKernelSync(b *testing.B, v variant, services int) {
 	b.ReportMetric(float64(last.written["nat"]+last.written["filter"]), "rules-written/sync")
 	b.ReportMetric(float64(last.bytes), "restore-bytes/sync")
 	b.ReportMetric(float64(last.rules["nat"]+last.rules["filter"]), "rules-owned")
-	b.ReportMetric(float64(rssKiB())/1024, "rss-MiB")
+	b.ReportMetric(float64(procstat.RSSKiB())/1024, "rss-MiB")
 	// What the backend keeps between syncs (its record, and the state it
 	// is given), without the garbage of the full syncs that RSS includes.
 	var ms runtime.MemStats
@@ -432,21 +431,4 @@ func benchKernelSync(b *testing.B, v variant, services int) {
 	b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "live-heap-MiB")
 	runtime.KeepAlive(p)
 	runtime.KeepAlive(st)
-}
-
-// rssKiB is the process's resident set size.
-func rssKiB() int {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			return n
-		}
-	}
-	return 0
 }

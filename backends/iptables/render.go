@@ -2,12 +2,14 @@ package iptables
 
 import (
 	"bytes"
+	"cmp"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/kpng/kpng/api/localv1"
+	"github.com/kpng/kpng/proxyutil/host"
 )
 
 // shared names a chain that every service writes a fragment of. Their rules
@@ -119,16 +121,8 @@ func portName(svc *localv1.Service, p *localv1.ServicePort) string {
 	return s
 }
 
-func protoName(p localv1.Protocol) string {
-	switch p {
-	case localv1.Protocol_UDP:
-		return "udp"
-	case localv1.Protocol_SCTP:
-		return "sctp"
-	default:
-		return "tcp"
-	}
-}
+// protoName is p's name in rules; an unknown protocol renders as tcp.
+func protoName(p localv1.Protocol) string { return cmp.Or(host.ProtocolName(p), "tcp") }
 
 func (r *renderer) probability(n int) string {
 	for len(r.probabilities) <= n {

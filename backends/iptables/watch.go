@@ -38,10 +38,6 @@ func foreignChange(e nfmonitor.Event) bool {
 // alone would never see it. The legacy variant has no notifications; its
 // repairs wait for the periodic sync.
 func (b *Backend) watchKernel(ctx context.Context) error {
-	w, err := nfmonitor.Open()
-	if err != nil {
-		return err
-	}
 	byFamily := map[uint8]*proxier{}
 	for _, p := range b.proxiers {
 		if p.ipv6 {
@@ -50,32 +46,15 @@ func (b *Backend) watchKernel(ctx context.Context) error {
 			byFamily[unix.NFPROTO_IPV4] = p
 		}
 	}
-	log := klog.FromContext(ctx)
 	match := func(e nfmonitor.Event) bool { return byFamily[e.Family] != nil && foreignChange(e) }
-	go func() {
-		defer w.Close()
-		err := w.Run(ctx, match, func(evs []nfmonitor.Event) {
-			first := "notifications lost"
-			if len(evs) > 0 {
-				first = evs[0].String()
+	return nfmonitor.WatchForRepairs(ctx, klog.FromContext(ctx), "the iptables rules", match, func(evs []nfmonitor.Event) {
+		if len(evs) == 0 { // notifications lost: any family
+			for _, p := range byFamily {
+				p.repair.Store(true)
 			}
-			log.Info("iptables rules were changed behind kpng's back; repairing them now", "changes", len(evs), "first", first)
-			if len(evs) == 0 {
-				for _, p := range byFamily {
-					p.repair.Store(true)
-				}
-			}
-			for _, e := range evs {
-				byFamily[e.Family].repair.Store(true)
-			}
-			select {
-			case b.resyncNow <- struct{}{}:
-			default: // a request is pending already
-			}
-		})
-		if err != nil {
-			log.Error(err, "Watching the iptables rules stopped; repairs wait for the periodic sync")
 		}
-	}()
-	return nil
+		for _, e := range evs {
+			byFamily[e.Family].repair.Store(true)
+		}
+	}, b.resyncNow)
 }

@@ -3,14 +3,10 @@
 package nft
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
 	"runtime"
 	"runtime/debug"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +14,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/internal/procstat"
 )
 
 // BenchmarkKernel runs against real nftables in a namespace of its own, at
@@ -108,14 +105,14 @@ func benchmarkKernel(b *testing.B, services int, netlink bool) {
 		b.ReportMetric(float64(resync.Milliseconds()), "resync-ms")
 		b.ReportMetric(float64(periodic.Microseconds()), "periodic-check-µs")
 		b.ReportMetric(float64(ops), "nft-ops/sync")
-		b.ReportMetric(float64(rssKiB())/1024, "rss-MiB")
+		b.ReportMetric(float64(procstat.RSSKiB())/1024, "rss-MiB")
 		// What the backend keeps (its mirror, the state's messages), once
 		// the garbage of the cold sync is collected and returned.
 		debug.FreeOSMemory()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "live-heap-MiB")
-		b.ReportMetric(float64(rssKiB())/1024, "rss-after-gc-MiB")
+		b.ReportMetric(float64(procstat.RSSKiB())/1024, "rss-after-gc-MiB")
 		runtime.KeepAlive(be)
 		runtime.KeepAlive(st)
 	})
@@ -131,21 +128,4 @@ func threadCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(r.Utime.Nano() + r.Stime.Nano())
-}
-
-// rssKiB is the process's resident set size.
-func rssKiB() int {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			return n
-		}
-	}
-	return 0
 }

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/kpng/kpng/api/localv1"
+	"github.com/kpng/kpng/proxyutil/host"
 )
 
 // family is what differs between the IPv4 and the IPv6 table.
@@ -463,17 +464,8 @@ func policyChain(e *env, p *part, name, proto string, eps []*endpoint, affinity 
 	p.chains = append(p.chains, c.seal())
 }
 
-func protoName(p localv1.Protocol) string {
-	switch p {
-	case localv1.Protocol_TCP:
-		return "tcp"
-	case localv1.Protocol_UDP:
-		return "udp"
-	case localv1.Protocol_SCTP:
-		return "sctp"
-	}
-	return ""
-}
+// protoName is p's name in rules, "" for an unknown protocol (skipped).
+func protoName(p localv1.Protocol) string { return host.ProtocolName(p) }
 
 // parseAddr parses an address of family f into its canonical form (the
 // form nft lists it in).

@@ -24,10 +24,6 @@ type kernelWatch struct {
 // watchKernel subscribes to nf_tables notifications about the backend's
 // tables (in the namespace the process runs in) until ctx ends.
 func (b *Backend) watchKernel(ctx context.Context) error {
-	w, err := nfmonitor.Open()
-	if err != nil {
-		return err
-	}
 	fams := map[uint8]bool{}
 	for _, t := range b.tables {
 		if t.fam.model == ipv6.model {
@@ -37,23 +33,6 @@ func (b *Backend) watchKernel(ctx context.Context) error {
 		}
 	}
 	match := func(e nfmonitor.Event) bool { return e.Table == b.cfg.Table && fams[e.Family] }
-	go func() {
-		defer w.Close()
-		err := w.Run(ctx, match, func(evs []nfmonitor.Event) {
-			first := "notifications lost"
-			if len(evs) > 0 {
-				first = evs[0].String()
-			}
-			b.log.Info("The nftables table was changed behind kpng's back; repairing it now", "changes", len(evs), "first", first)
-			b.watch.repair.Store(true)
-			select {
-			case b.watch.resyncNow <- struct{}{}:
-			default: // a request is pending already
-			}
-		})
-		if err != nil {
-			b.log.Error(err, "Watching the nftables tables stopped; repairs wait for the periodic check")
-		}
-	}()
-	return nil
+	return nfmonitor.WatchForRepairs(ctx, b.log, "the nftables tables", match,
+		func([]nfmonitor.Event) { b.watch.repair.Store(true) }, b.watch.resyncNow)
 }

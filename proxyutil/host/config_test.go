@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kpng/kpng/api/localv1"
 )
 
 func valid() Config {
@@ -66,6 +68,14 @@ func TestMasqueradeMark(t *testing.T) {
 	for bit, want := range map[int]uint32{0: 0x1, 14: 0x4000, 31: 0x80000000} {
 		if got := MasqueradeMark(bit); got != want {
 			t.Errorf("MasqueradeMark(%d) = %#x, want %#x", bit, got, want)
+		}
+	}
+}
+
+func TestProtocolName(t *testing.T) {
+	for p, want := range map[localv1.Protocol]string{localv1.Protocol_TCP: "tcp", localv1.Protocol_UDP: "udp", localv1.Protocol_SCTP: "sctp", localv1.Protocol(99): ""} {
+		if got := ProtocolName(p); got != want {
+			t.Errorf("ProtocolName(%v) = %q, want %q", p, got, want)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"net"
 
 	"k8s.io/klog/v2"
 
@@ -21,21 +22,28 @@ import (
 // servers stop when ctx ends.
 func StartHelpers(ctx context.Context, mode string, c *Config, families []localv1.IPFamily) (backend.Options, error) {
 	log := klog.FromContext(ctx)
+	// start listens with srv, then serves until ctx ends.
+	start := func(name string, srv server) error {
+		ln, err := srv.Listen()
+		if err != nil {
+			return err
+		}
+		go func() {
+			if err := srv.Serve(ctx, ln); err != nil {
+				log.Error(err, name+" stopped")
+			}
+		}()
+		return nil
+	}
 	rec := metrics.NewRecorder(mode, families...)
 	onQueued := []func(*backend.State, backend.Changes){rec.OnQueued}
 	onSync := []func(backend.SyncResult){rec.OnSync}
 	var health healthcheck.HealthChecker
 	if c.HealthzBindAddress != "" {
 		hz := healthcheck.NewProxyHealthServer(c.HealthzBindAddress, 2*c.SyncPeriod, families...)
-		ln, err := hz.Listen()
-		if err != nil {
+		if err := start("Health server", hz); err != nil {
 			return backend.Options{}, err
 		}
-		go func() {
-			if err := hz.Serve(ctx, ln); err != nil {
-				log.Error(err, "Health server stopped")
-			}
-		}()
 		onQueued = append(onQueued, hz.OnQueued)
 		onSync = append(onSync, hz.OnSync)
 		health = hz
@@ -44,16 +52,9 @@ func StartHelpers(ctx context.Context, mode string, c *Config, families []localv
 	context.AfterFunc(ctx, svc.Close)
 	onSync = append(onSync, svc.OnSync)
 	if c.MetricsBindAddress != "" {
-		srv := &metrics.Server{Addr: c.MetricsBindAddress, ProxyMode: mode}
-		ln, err := srv.Listen()
-		if err != nil {
+		if err := start("Metrics server", &metrics.Server{Addr: c.MetricsBindAddress, ProxyMode: mode}); err != nil {
 			return backend.Options{}, err
 		}
-		go func() {
-			if err := srv.Serve(ctx, ln); err != nil {
-				log.Error(err, "Metrics server stopped")
-			}
-		}()
 	}
 	if !c.DryRun {
 		for _, f := range families {
@@ -74,4 +75,10 @@ func StartHelpers(ctx context.Context, mode string, c *Config, families []localv
 			}
 		},
 	}, nil
+}
+
+// server is the /healthz or the /metrics server.
+type server interface {
+	Listen() (net.Listener, error)
+	Serve(ctx context.Context, ln net.Listener) error
 }

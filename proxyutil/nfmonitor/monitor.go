@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -215,4 +216,37 @@ func decode(m netlink.Message) (Event, *generation, bool) {
 		}
 	}
 	return ev, nil, ad.Err() == nil
+}
+
+// WatchForRepairs hears, in the background until ctx ends, of the changes
+// other processes make to what match accepts, and asks for their repair:
+// it calls repair with the events (nil when notifications were lost, so
+// that anything may have changed), logs the change as one of what (say,
+// "the nftables tables"), then requests a resync on resyncNow without
+// blocking (a request already pending stands for this one). It fails only
+// when the subscription cannot be opened.
+func WatchForRepairs(ctx context.Context, log logr.Logger, what string, match func(Event) bool, repair func([]Event), resyncNow chan<- struct{}) error {
+	w, err := Open()
+	if err != nil {
+		return err
+	}
+	go func() {
+		defer w.Close()
+		err := w.Run(ctx, match, func(evs []Event) {
+			first := "notifications lost"
+			if len(evs) > 0 {
+				first = evs[0].String()
+			}
+			log.Info("A change of "+what+" behind kpng's back; repairing it now", "changes", len(evs), "first", first)
+			repair(evs)
+			select {
+			case resyncNow <- struct{}{}:
+			default: // a request is pending already
+			}
+		})
+		if err != nil {
+			log.Error(err, "Watching "+what+" stopped; repairs wait for the periodic sync")
+		}
+	}()
+	return nil
 }
