@@ -1,0 +1,312 @@
+//go:build e2e
+
+package faults
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kpng/kpng/test/e2e/netlab"
+)
+
+// Addresses and ports of the services every variant runs.
+const (
+	targetPort  = 8080
+	npCluster   = 30080
+	npLocal     = 30081
+	npLB        = 30082
+	lbIP        = "203.0.113.20"
+	lbRoute     = "203.0.113.0/24"
+	firstSync   = time.Minute
+	syncTimeout = 15 * time.Second
+	// answerTimeout bounds one probe: an answer on veths takes well under
+	// a millisecond, so a probe that waits this long has failed.
+	answerTimeout = time.Second
+	// probeEvery is each probe's period: 50 a second per probe.
+	probeEvery = 20 * time.Millisecond
+)
+
+// variant is one way of running a proxy: kpng's backend in one process,
+// kpng's backend behind a brain that serves node agents over gRPC, or
+// upstream kube-proxy.
+type variant struct {
+	name string
+	// backend is kpng's backend (nft, iptables) or kube-proxy's mode
+	// (nftables, iptables).
+	backend   string
+	split     bool
+	kubeProxy bool
+}
+
+func (v variant) nftables() bool { return v.backend == "nft" || v.backend == "nftables" }
+
+// form names the variant's deployment form in the table.
+func (v variant) form() string {
+	switch {
+	case v.kubeProxy:
+		return "kube-proxy " + v.backend
+	case v.split:
+		return "kpng " + v.backend + ", brain + agents"
+	default:
+		return "kpng " + v.backend + ", one process"
+	}
+}
+
+// syncedLine is what the proxy logs after a successful sync.
+func (v variant) syncedLine() string {
+	if v.kubeProxy {
+		return "SyncProxyRules complete"
+	}
+	return "Dataplane synced"
+}
+
+func parseVariant(t *testing.T, name string) variant {
+	t.Helper()
+	if mode, ok := strings.CutPrefix(name, "kube-proxy-"); ok {
+		if mode != "nftables" && mode != "iptables" {
+			t.Fatalf("variant %q: kube-proxy-nftables or kube-proxy-iptables", name)
+		}
+		return variant{name: name, backend: mode, kubeProxy: true}
+	}
+	b, split := strings.CutSuffix(name, "-split")
+	if b != "nft" && b != "iptables" {
+		t.Fatalf("variant %q: nft, iptables, nft-split, iptables-split, kube-proxy-nftables or kube-proxy-iptables", name)
+	}
+	return variant{name: name, backend: b, split: split}
+}
+
+// fastVariants are those of CI's fast subset: each backend once, each form
+// once.
+const fastVariants = "nft,iptables-split"
+
+func variants(t *testing.T) []variant {
+	names := os.Getenv("KPNG_FAULTS_VARIANTS")
+	if names == "" {
+		names = fastVariants
+	}
+	var vs []variant
+	for _, n := range strings.Split(names, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			vs = append(vs, parseVariant(t, n))
+		}
+	}
+	return vs
+}
+
+// durations of the faults: the with KPNG_FAULTS_FULL=1, shorter in
+// CI's fast subset.
+type durations struct {
+	churn, createDelete, outage time.Duration
+	idleConns                   int
+}
+
+func faultDurations() durations {
+	if os.Getenv("KPNG_FAULTS_FULL") == "1" {
+		return durations{churn: 60 * time.Second, createDelete: 60 * time.Second, outage: 30 * time.Second, idleConns: 1000}
+	}
+	return durations{churn: 10 * time.Second, createDelete: 10 * time.Second, outage: 5 * time.Second, idleConns: 1000}
+}
+
+// cluster is a lab with a real API server and a proxy in every node.
+type cluster struct {
+	v      variant
+	lab    *netlab.Lab
+	state  *netlab.State
+	mirror *netlab.Mirror
+	api    kubernetes.Interface
+	cfg    netlab.ProxyConfig
+	// procs is each node's proxy (the agent, for a split variant).
+	procs map[*netlab.Node]*netlab.Process
+	// brain serves the agents of a split variant, from node-1; sock is its
+	// unix socket.
+	brain *netlab.Process
+	sock  string
+	svcs  map[string]*corev1.Service
+}
+
+func (c *cluster) node(name string) *netlab.Node { return c.lab.Node(name) }
+
+// startCluster builds the lab, states the services, starts the API server
+// and the proxies, and returns once every proxy has synced.
+func startCluster(t *testing.T, v variant) *cluster {
+	t.Helper()
+	lab := netlab.New(t, netlab.DefaultSpec())
+	c := &cluster{v: v, lab: lab, state: netlab.NewState(t, lab), procs: map[*netlab.Node]*netlab.Process{}, svcs: map[string]*corev1.Service{},
+		cfg: netlab.ProxyConfig{DetectLocalMode: "ClusterCIDR", ClusterCIDRs: []netip.Prefix{netlab.ClusterCIDRv4, netlab.ClusterCIDRv6}}}
+	a, b, cc := lab.Pod("pod-a"), lab.Pod("pod-b"), lab.Pod("pod-c")
+	add := func(name string, eps []netlab.Endpoint, ports ...corev1.ServicePort) *corev1.Service {
+		if len(ports) == 0 {
+			ports = []corev1.ServicePort{netlab.TCPPort("tcp", 80, targetPort), netlab.UDPPort("udp", 80, targetPort)}
+		}
+		svc := c.state.AddService(name, ports...)
+		c.state.SetEndpoints(svc, eps...)
+		c.svcs[name] = svc
+		return svc
+	}
+	add("web", netlab.Ready(b, cc))
+	np := add("np", netlab.Ready(a, cc))
+	nodePorts(np, npCluster)
+	npl := add("np-local", netlab.Ready(a))
+	nodePorts(npl, npLocal)
+	npl.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	lb := add("lb", netlab.Ready(cc))
+	nodePorts(lb, npLB)
+	lb.Spec.Type = corev1.ServiceTypeLoadBalancer
+	lb.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lbIP}}
+	add("churn", netlab.Ready(b, cc))
+	add("refuse", netlab.Ready(b))
+	c.state.Write(t)
+
+	c.mirror = netlab.StartMirror(t, c.state.Path)
+	c.api = c.mirror.Server.Client
+	for _, n := range lab.Nodes {
+		c.mirror.Forward(t, n)
+	}
+	n1 := lab.Node("node-1")
+	if _, err := lab.External.Run("ip", "route", "add", lbRoute, "via", n1.IPv4.String()); err != nil {
+		t.Fatal(err)
+	}
+
+	kubeconfig := c.mirror.Server.KubeconfigPath
+	if v.split {
+		dir, err := os.MkdirTemp("", "kpng-faults-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		c.sock = dir + "/brain.sock"
+		c.brain = n1.Start(t, netlab.KpngBinary(t), "--v=2", "kube", "--kubeconfig", kubeconfig, "to-api", "--listen", "unix://"+c.sock)
+		c.brain.WaitOutput(t, "Serving the localv1 and globalv1 Watch APIs", firstSync)
+	}
+	for _, n := range lab.Nodes {
+		c.procs[n] = n.Start(t, c.argv(t, n, kubeconfig)...)
+	}
+	for _, p := range c.procs {
+		p.WaitOutput(t, v.syncedLine(), firstSync)
+	}
+	return c
+}
+
+// argv is the proxy's command line in node n.
+func (c *cluster) argv(t *testing.T, n *netlab.Node, kubeconfig string) []string {
+	switch {
+	case c.v.kubeProxy:
+		return netlab.KubeProxy(c.v.backend).Argv(t, n, kubeconfig, c.cfg)
+	case c.v.split:
+		return append([]string{netlab.KpngBinary(t), "--v=2", "local", "--api", "unix://" + c.sock, "--node-name", n.Name, "to-" + c.v.backend}, c.cfg.Flags()...)
+	default:
+		return netlab.KpngKube(c.v.backend).Argv(t, n, kubeconfig, c.cfg)
+	}
+}
+
+// nodePorts makes svc a NodePort service, each of its ports on nodePort.
+func nodePorts(svc *corev1.Service, nodePort int) {
+	svc.Spec.Type = corev1.ServiceTypeNodePort
+	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+	for i := range svc.Spec.Ports {
+		svc.Spec.Ports[i].NodePort = int32(nodePort)
+	}
+}
+
+// probe is one kind of traffic a user sends to the services.
+type probe struct {
+	name string
+	dial func() netlab.Result
+}
+
+// probes are the traffic every fault runs under.
+func (c *cluster) probes() []probe {
+	podA, ext, n1 := c.lab.Pod("pod-a"), c.lab.External, c.node("node-1")
+	dial := func(h *netlab.Host, proto netlab.Protocol, dst netip.AddrPort) func() netlab.Result {
+		return func() netlab.Result { return h.Dial(proto, dst, answerTimeout) }
+	}
+	return []probe{
+		{"ClusterIP TCP", dial(&podA.Host, netlab.TCP, netlab.ClusterIP(c.svcs["web"], 4, 80))},
+		{"ClusterIP UDP", dial(&podA.Host, netlab.UDP, netlab.ClusterIP(c.svcs["web"], 4, 80))},
+		{"NodePort", dial(ext, netlab.TCP, netip.AddrPortFrom(n1.IPv4, npCluster))},
+		{"LoadBalancer IP", dial(ext, netlab.TCP, netip.AddrPortFrom(netip.MustParseAddr(lbIP), 80))},
+		{"local NodePort", dial(ext, netlab.TCP, netip.AddrPortFrom(n1.IPv4, npLocal))},
+	}
+}
+
+// probeRun sends each probe every probeEvery until stop.
+type probeRun struct {
+	mu       sync.Mutex
+	sent     int
+	failed   map[string]int
+	first    map[string]netlab.Result
+	done     chan struct{}
+	wg       sync.WaitGroup
+	probeSet []probe
+}
+
+// startProbes starts the traffic, once every probe answers.
+func (c *cluster) startProbes(t *testing.T) *probeRun {
+	t.Helper()
+	ps := c.probes()
+	for _, p := range ps {
+		netlab.Eventually(t, 10*time.Second, p.dial, netlab.Answered())
+	}
+	r := &probeRun{failed: map[string]int{}, first: map[string]netlab.Result{}, done: make(chan struct{}), probeSet: ps}
+	for _, p := range ps {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			tick := time.NewTicker(probeEvery)
+			defer tick.Stop()
+			for {
+				select {
+				case <-r.done:
+					return
+				case <-tick.C:
+				}
+				res := p.dial()
+				r.mu.Lock()
+				r.sent++
+				if res.Outcome != netlab.OK {
+					if r.failed[p.name] == 0 {
+						r.first[p.name] = res
+					}
+					r.failed[p.name]++
+				}
+				r.mu.Unlock()
+			}
+		}()
+	}
+	t.Cleanup(r.stop)
+	return r
+}
+
+// stop ends the traffic; it may be called more than once.
+func (r *probeRun) stop() {
+	select {
+	case <-r.done:
+	default:
+		close(r.done)
+	}
+	r.wg.Wait()
+}
+
+// counts stops the traffic and returns what it saw: probes sent, failed,
+// and a word on the failures.
+func (r *probeRun) counts() (sent, failed int, failures string) {
+	r.stop()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var parts []string
+	for _, p := range r.probeSet {
+		if n := r.failed[p.name]; n > 0 {
+			failed += n
+			parts = append(parts, fmt.Sprintf("%s: %d (first: %v)", p.name, n, r.first[p.name]))
+		}
+	}
+	return r.sent, failed, strings.Join(parts, "; ")
+}

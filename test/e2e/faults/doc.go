@@ -1,0 +1,33 @@
+// Package faults is kpng's fault suite: real kube-apiserver and etcd, real
+// packets in network namespaces (test/e2e/netlab), constant probe traffic
+// (ClusterIP TCP and UDP from a pod, a NodePort, a LoadBalancer IP and a
+// local-policy NodePort from outside the cluster), and one fault at a time:
+// the proxy restarted (gracefully and with SIGKILL), the API server killed
+// and brought back, endpoint churn, Services created and deleted in bulk,
+// rules damaged by hand, a transaction the kernel refuses, and, when the
+// brain serves agents over gRPC, brain and agent restarts and misbehaving
+// gRPC peers. Each fault is a row of one table: probes sent, probes failed,
+// and what the fault's pass condition measures.
+//
+// # Running
+//
+// As root, with the e2e build tag:
+//
+//	go test -tags e2e ./test/e2e/faults/
+//
+// runs the fast subset that CI runs: short faults, for kpng's nft backend
+// in one process and its iptables backend behind a brain. hack/faults.sh
+// runs the full set (the durations, every form of both backends,
+// and upstream kube-proxy through the same cases) and writes
+// docs/reliability.md. Environment:
+//
+//	KPNG_FAULTS_VARIANTS  comma-separated: nft, iptables, nft-split,
+//	                      iptables-split, kube-proxy-nftables,
+//	                      kube-proxy-iptables
+//	KPNG_FAULTS_FULL=1    the durations (60 s of churn, a 30 s
+//	                      API-server outage, ...)
+//	KPNG_FAULTS_MARKDOWN  write the table there, as docs/reliability.md
+//
+// A variant's pass conditions are asserted for kpng; kube-proxy's rows are
+// measured and reported, as the reference.
+package faults

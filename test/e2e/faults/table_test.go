@@ -1,0 +1,130 @@
+//go:build e2e
+
+package faults
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// row is one fault's counts for one variant.
+type row struct {
+	variant variant
+	fault   string
+	sent    int
+	failed  int
+	// measured is what the pass condition measures beyond probes (a
+	// repair time, a memory bound, ...).
+	measured string
+	// problems are the pass conditions not met; none is a pass.
+	problems []string
+}
+
+func (r row) verdict() string {
+	if len(r.problems) == 0 {
+		return "pass"
+	}
+	return "FAIL: " + strings.Join(r.problems, "; ")
+}
+
+// table collects the rows of a run.
+type table struct {
+	mu   sync.Mutex
+	rows []row
+}
+
+func (tb *table) add(r row) {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	tb.rows = append(tb.rows, r)
+}
+
+// text is the table as the test prints it.
+func (tb *table) text() string {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-34s %-36s %7s %6s  %s\n", "variant", "fault", "probes", "failed", "measured / verdict")
+	for _, r := range tb.rows {
+		fmt.Fprintf(&b, "%-34s %-36s %7d %6d  %s / %s\n", r.variant.form(), r.fault, r.sent, r.failed, r.measured, r.verdict())
+	}
+	return b.String()
+}
+
+// markdown is the table as docs/reliability.md shows it: one line per
+// fault, one column per variant.
+func (tb *table) markdown(took time.Duration) string {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	var vs []variant
+	var faults []string
+	cell := map[string]map[string]row{}
+	for _, r := range tb.rows {
+		if !slices.ContainsFunc(vs, func(v variant) bool { return v.name == r.variant.name }) {
+			vs = append(vs, r.variant)
+		}
+		if !slices.Contains(faults, r.fault) {
+			faults = append(faults, r.fault)
+		}
+		if cell[r.fault] == nil {
+			cell[r.fault] = map[string]row{}
+		}
+		cell[r.fault][r.variant.name] = r
+	}
+	var b strings.Builder
+	b.WriteString("<!-- Written by hack/faults.sh from test/e2e/faults; do not edit. -->\n")
+	b.WriteString("# Reliability: the fault suite\n\n")
+	fmt.Fprintf(&b, "Measured by `hack/faults.sh` on %s (%s, %d CPUs), in %v.\n",
+		time.Now().UTC().Format("2006-01-02"), kernelRelease(), numCPU(), took.Round(time.Second))
+	b.WriteString(`Each fault runs under constant probe traffic: every 20 ms, a new TCP connection
+and a new UDP socket from a pod to a ClusterIP, and new TCP connections from a
+host outside the cluster to a NodePort, a LoadBalancer IP and a local-policy
+NodePort (IPv4), on a two-node cluster with a real kube-apiserver and etcd, in
+network namespaces (test/e2e/netlab). Each cell: probes failed / probes sent,
+then what the fault's pass condition measures. "n/a": the fault does not exist
+in that form. kpng's cells are asserted by the suite; kube-proxy's are measured
+through the same cases, as the reference.
+
+`)
+	b.WriteString("| fault |")
+	for _, v := range vs {
+		b.WriteString(" " + v.form() + " |")
+	}
+	b.WriteString("\n|---|")
+	for range vs {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	for _, f := range faults {
+		b.WriteString("| " + f + " |")
+		for _, v := range vs {
+			r, ok := cell[f][v.name]
+			if !ok {
+				b.WriteString(" n/a |")
+				continue
+			}
+			s := fmt.Sprintf("%d / %d", r.failed, r.sent)
+			if r.measured != "" {
+				s += "; " + r.measured
+			}
+			if !v.kubeProxy {
+				s += "; **" + r.verdict() + "**"
+			}
+			b.WriteString(" " + strings.ReplaceAll(s, "|", "/") + " |")
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func kernelRelease() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return "Linux"
+	}
+	return "Linux " + strings.TrimSpace(string(b))
+}
