@@ -10,6 +10,8 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/equality"
 	cliflag "k8s.io/component-base/cli/flag"
+
+	"github.com/kpng/kpng/brain"
 )
 
 // kubeProxyFlag is a flag of kube-proxy, as hack/kubeproxyref writes them
@@ -275,12 +277,13 @@ func TestOverrideAddresses(t *testing.T) {
 	}
 }
 
-// TestFeatureGatesAsKubeProxy: featureGates are judged against kube-proxy
-// 1.36's own gates (hack/kubeproxyref writes them): an unknown gate, or a
-// locked one set against its lock, is refused as kube-proxy refuses it
-// (unless configHardFail is false); a known gate kpng does not act on, set
-// to other than its default, is a warning; the logging and z-page gates,
-// which kpng reads, say nothing.
+// TestFeatureGatesAsKubeProxy: featureGates are parsed by a feature gate
+// holding kube-proxy 1.36's own gates (hack/kubeproxyref writes them): an
+// unknown gate, a locked one set against its lock, or one enabled without
+// the gates it depends on is refused as kube-proxy refuses it, whatever
+// configHardFail says (kube-proxy's Complete fails); known gates kpng does
+// not act on, set to other than their default, are named in one warning;
+// the gates kpng reads (decisions, logging, z-pages) say nothing.
 func TestFeatureGatesAsKubeProxy(t *testing.T) {
 	for _, tc := range []struct {
 		gate    string
@@ -289,34 +292,81 @@ func TestFeatureGatesAsKubeProxy(t *testing.T) {
 	}{
 		{gate: "NoSuchGate=true", wantErr: "unrecognized feature gate: NoSuchGate"},
 		{gate: "APIServerTracing=false", wantErr: "cannot set feature gate APIServerTracing to false, feature is locked to true"},
-		{gate: "HPAScaleToZero=true", warn: "featureGates.HPAScaleToZero=true has no effect in kpng"},
+		{gate: "PreferSameTrafficDistribution=false", wantErr: "cannot set feature gate PreferSameTrafficDistribution to false, feature is locked to true"},
+		{gate: "ClusterTrustBundleProjection=true", wantErr: "ClusterTrustBundleProjection is enabled, but depends on features that are disabled: [ClusterTrustBundle]"},
+		{gate: "HPAScaleToZero=true", warn: "featureGates HPAScaleToZero=true accepted"},
+		{gate: "HPAScaleToZero=true,ClusterTrustBundle=true,ClusterTrustBundleProjection=true",
+			warn: "featureGates ClusterTrustBundle=true, ClusterTrustBundleProjection=true, HPAScaleToZero=true accepted, as kube-proxy 1.36 accepts them, but have no effect in kpng"},
 		{gate: "HPAScaleToZero=false"},
 		{gate: "ComponentFlagz=false"},
 		{gate: "LoggingAlphaOptions=true"},
+		{gate: "AllowServiceExternalIPs=false"},
+		{gate: "PreferSameTrafficDistribution=true"},
 	} {
 		t.Run(tc.gate, func(t *testing.T) {
 			_, warnings, err := proxyArgs(t, "--feature-gates="+tc.gate)
+			gateWarnings := slices.DeleteFunc(slices.Clone(warnings), func(w string) bool { return !strings.Contains(w, "featureGates") })
 			switch {
 			case tc.wantErr != "":
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Errorf("error %v, want %q", err, tc.wantErr)
 				}
 				file := writeFile(t, "kp.yaml", v1alpha2Header+"configHardFail: false\n")
-				if _, warnings, err := proxyArgs(t, "--config", file, "--feature-gates="+tc.gate); err != nil ||
-					!slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, tc.wantErr) }) {
-					t.Errorf("configHardFail false: error %v, warnings %q", err, warnings)
+				if _, _, err := proxyArgs(t, "--config", file, "--feature-gates="+tc.gate); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("configHardFail false: error %v, want %q (kube-proxy exits on it too)", err, tc.wantErr)
 				}
 			case err != nil:
 				t.Errorf("error %v", err)
 			case tc.warn != "":
-				if !slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, tc.warn) }) {
-					t.Errorf("warnings %q lack %q", warnings, tc.warn)
+				if len(gateWarnings) != 1 || !strings.Contains(gateWarnings[0], tc.warn) {
+					t.Errorf("warnings %q, want one with %q", gateWarnings, tc.warn)
 				}
 			default:
-				if slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, "featureGates") }) {
-					t.Errorf("warnings %q about a gate kpng reads or left at its default", warnings)
+				if len(gateWarnings) > 0 {
+					t.Errorf("warnings %q about a gate kpng reads or left at its default", gateWarnings)
 				}
 			}
 		})
+	}
+}
+
+// TestFeatureGatesDecideTheBrain: the gates kube-proxy 1.36 reads in a
+// decision of the brain's take effect there; the others of them are locked,
+// so that a Kubernetes update that unlocks one fails here until the brain
+// follows it.
+func TestFeatureGatesDecideTheBrain(t *testing.T) {
+	for _, tc := range []struct {
+		gates map[string]bool
+		want  bool
+	}{
+		{nil, false},
+		{map[string]bool{"AllowServiceExternalIPs": true}, false},
+		{map[string]bool{"AllowServiceExternalIPs": false}, true},
+	} {
+		var opts brain.Options
+		if err := gateBrainOptions(tc.gates, &opts); err != nil {
+			t.Fatal(err)
+		}
+		if opts.ExternalIPsDisabled != tc.want {
+			t.Errorf("gates %v: ExternalIPsDisabled %t, want %t", tc.gates, opts.ExternalIPsDisabled, tc.want)
+		}
+	}
+	var known struct {
+		Gates []kubeProxyGate `json:"gates"`
+	}
+	if err := json.Unmarshal(kubeProxyGatesJSON, &known); err != nil {
+		t.Fatal(err)
+	}
+	locked := map[string]bool{}
+	for _, g := range known.Gates {
+		locked[g.Name] = g.LockToDefault && g.Default
+	}
+	for _, name := range []string{gateSameNode, gateServiceCIDRs} {
+		if !locked[name] {
+			t.Errorf("%s is no longer locked on in kube-proxy: the brain must follow it (and hack/difftest cover it off)", name)
+		}
+	}
+	if locked[gateExternalIPs] {
+		t.Errorf("%s is locked now: ExternalIPsDisabled can go", gateExternalIPs)
 	}
 }

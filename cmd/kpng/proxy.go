@@ -225,6 +225,10 @@ func runProxy(ctx context.Context, fs *pflag.FlagSet, flags *proxyFlags, deps pr
 			return errors.New("the host name could not be read: set hostnameOverride or --hostname-override")
 		}
 	}
+	brainOpts := brain.Options{NodeName: node}
+	if err := gateBrainOptions(c.FeatureGates, &brainOpts); err != nil {
+		return err
+	}
 	src, err := deps.source(c, flags.master, node)
 	if err != nil {
 		return err
@@ -254,7 +258,7 @@ func runProxy(ctx context.Context, fs *pflag.FlagSet, flags *proxyFlags, deps pr
 		},
 		func(ctx context.Context, drive func(context.Context, backend.Feed) error) error {
 			return run(ctx, src, stageFunc(func(ctx context.Context, store *cluster.Store) error {
-				return drive(ctx, withNodeIPOverride(local.NewFeed(store, brain.Options{NodeName: node}), c.NodeIPOverride))
+				return drive(ctx, withNodeIPOverride(local.NewFeed(store, brainOpts), c.NodeIPOverride))
 			}))
 		})
 	cancel()

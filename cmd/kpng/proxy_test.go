@@ -936,3 +936,46 @@ func TestMetricsServerBindAddressHardFail(t *testing.T) {
 		t.Errorf("bindAddressHardFail false: serveMetrics = %v after the proxy stopped, want nil", err)
 	}
 }
+
+// TestProxyFeatureGatesReachTheBrain: featureGates AllowServiceExternalIPs
+// false, as kube-proxy 1.36, leaves the example's external IP out of the
+// view the backend gets; by default it is in.
+func TestProxyFeatureGatesReachTheBrain(t *testing.T) {
+	for _, tc := range []struct {
+		gates string
+		want  bool
+	}{{"", true}, {"featureGates: {AllowServiceExternalIPs: false}\n", false}} {
+		cfgFile := writeFile(t, "kp.yaml", v1alpha1Header+"mode: nftables\nhostnameOverride: node-1\nmetricsBindAddress: \"\"\nhealthzBindAddress: \"\"\n"+tc.gates)
+		plugin := newFakePlugin(nftFlags...)
+		deps := proxyDeps{
+			lookup: func(name string) (backend.Registration, bool) {
+				return backend.Registration{Name: name, New: func() backend.Plugin { return plugin }}, true
+			},
+			source: func(*config.KubeProxyConfiguration, string, string) (stage, error) {
+				return &file.Source{Path: "../../examples/cluster.yaml"}, nil
+			},
+			setupHost: func(context.Context, *config.KubeProxyConfiguration) error { return nil },
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- runCommand(ctx, testRoot(deps), "proxy", "--config", cfgFile) }()
+		var state *backend.State
+		select {
+		case state = <-plugin.syncs:
+		case err := <-done:
+			cancel()
+			t.Fatalf("%q: kpng proxy ended before syncing: %v", tc.gates, err)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("%q: kpng proxy: %v", tc.gates, err)
+		}
+		found := false
+		for _, se := range state.Services {
+			found = found || slices.Contains(se.Service.ExternalIps, "192.0.2.50")
+		}
+		if found != tc.want {
+			t.Errorf("%q: external IP 192.0.2.50 in the view: %t, want %t", tc.gates, found, tc.want)
+		}
+	}
+}

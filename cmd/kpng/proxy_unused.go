@@ -45,12 +45,15 @@ func unsupportedFields(c *config.KubeProxyConfiguration) (*config.KubeProxyConfi
 	if c.ConfigSyncPeriod != kubeProxyConfigSyncPeriod {
 		warnings = append(warnings, fmt.Sprintf("configSyncPeriod=%s has no effect in kpng: it is kube-proxy's informer resync period, and kpng's cluster store changes only on watch events, which a resync of unchanged objects does not bring", c.ConfigSyncPeriod))
 	}
-	gateWarnings, gateProblems, err := checkFeatureGates(c.FeatureGates)
+	// A gate kube-proxy refuses is fatal there whatever configHardFail
+	// says (its Complete fails): here too.
+	gateWarning, err := checkFeatureGates(c.FeatureGates)
 	if err != nil {
 		return nil, nil, err
 	}
-	warnings = append(warnings, gateWarnings...)
-	problems = append(problems, gateProblems...)
+	if gateWarning != "" {
+		warnings = append(warnings, gateWarning)
+	}
 	if c.IPFamilyPolicy != "" {
 		problems = append(problems, fmt.Sprintf("ipFamilyPolicy=%q is not implemented by kpng (the node's IPs are those of its Node object, and nodeIPOverride)", c.IPFamilyPolicy))
 		c.IPFamilyPolicy = ""

@@ -17,6 +17,8 @@ type Gate struct {
 	Default       bool   `json:"default"`
 	LockToDefault bool   `json:"lockToDefault,omitempty"`
 	PreRelease    string `json:"preRelease"`
+	// Dependencies are the gates this one needs enabled when it is.
+	Dependencies []string `json:"dependencies,omitempty"`
 }
 
 // kubeProxyGates returns the feature gates kube-proxy's --feature-gates and
@@ -27,10 +29,16 @@ func kubeProxyGates() ([]byte, error) {
 		return nil, err
 	}
 	all := utilfeature.DefaultMutableFeatureGate.GetAll()
+	deps := utilfeature.DefaultMutableFeatureGate.Dependencies()
 	var gates []Gate
 	for _, name := range slices.Sorted(maps.Keys(all)) {
 		spec := all[name]
-		gates = append(gates, Gate{Name: string(name), Default: spec.Default, LockToDefault: spec.LockToDefault, PreRelease: string(spec.PreRelease)})
+		g := Gate{Name: string(name), Default: spec.Default, LockToDefault: spec.LockToDefault, PreRelease: string(spec.PreRelease)}
+		for _, d := range deps[name] {
+			g.Dependencies = append(g.Dependencies, string(d))
+		}
+		slices.Sort(g.Dependencies)
+		gates = append(gates, g)
 	}
 	if len(gates) < 100 {
 		return nil, fmt.Errorf("only %d feature gates: the Kubernetes ones are missing", len(gates))
