@@ -40,9 +40,7 @@ func BenchmarkFullSync10kServices(b *testing.B) {
 	p := newProxier(false, testConfig(), d)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := p.sync(context.Background(), st, backend.Changes{Reset: true}); err != nil {
-			b.Fatal(err)
-		}
+		mustSync(b, p, st, backend.Changes{Reset: true})
 	}
 	b.ReportMetric(float64(d.bytes), "restore-bytes")
 }
@@ -54,28 +52,44 @@ func BenchmarkOneEndpointChange10kServices(b *testing.B) {
 	st := bigState(10000, 10)
 	d := &discard{}
 	p := newProxier(false, testConfig(), d)
-	if _, err := p.sync(context.Background(), st, backend.Changes{Reset: true}); err != nil {
-		b.Fatal(err)
-	}
-	key := backend.ServiceKey{Namespace: "ns", Name: "svc-05000", Family: localv1.IPFamily_IPV4}
-	orig := st.Services[key]
-	alt := named(key.Name, orig.Service.ClusterIp, nil, append(orig.Endpoints[:9:9], ep("10.250.0.1", 8009, false))...)
-	ch := backend.Changes{Set: []backend.ServiceKey{key}}
+	mustSync(b, p, st, backend.Changes{Reset: true})
+	flip := newEndpointFlip(st, 10000)
 	b.ReportAllocs()
-	i := 0
 	for b.Loop() {
-		if i%2 == 0 {
-			st.Services[key] = alt
-		} else {
-			st.Services[key] = orig
-		}
-		i++
-		res, err := p.sync(context.Background(), st, ch)
-		if err != nil || res.full {
-			b.Fatalf("partial sync: %+v %v", res, err)
-		}
+		flip.partialSync(b, context.Background(), p)
 	}
 	b.ReportMetric(float64(d.bytes), "restore-bytes")
+}
+
+// endpointFlip changes one endpoint of the middle service of a bigState
+// back and forth, one partial sync at a time.
+type endpointFlip struct {
+	st        *backend.State
+	key       backend.ServiceKey
+	orig, alt *localv1.ServiceEndpoints
+	i         int
+}
+
+func newEndpointFlip(st *backend.State, services int) *endpointFlip {
+	key := backend.ServiceKey{Namespace: "ns", Name: fmt.Sprintf("svc-%05d", services/2), Family: localv1.IPFamily_IPV4}
+	orig := st.Services[key]
+	alt := named(key.Name, orig.Service.ClusterIp, nil, append(orig.Endpoints[:9:9], ep("10.250.0.1", 8009, false))...)
+	return &endpointFlip{st: st, key: key, orig: orig, alt: alt}
+}
+
+// partialSync flips the endpoint and syncs p, which must sync partially.
+func (f *endpointFlip) partialSync(b *testing.B, ctx context.Context, p *proxier) syncResult {
+	b.Helper()
+	f.st.Services[f.key] = f.alt
+	if f.i%2 == 1 {
+		f.st.Services[f.key] = f.orig
+	}
+	f.i++
+	res, err := p.sync(ctx, f.st, backend.Changes{Set: []backend.ServiceKey{f.key}})
+	if err != nil || res.full {
+		b.Fatalf("partial sync: %+v %v", res, err)
+	}
+	return res
 }
 
 // BenchmarkResync10kServices builds the restore input of a periodic resync
@@ -85,14 +99,10 @@ func BenchmarkResync10kServices(b *testing.B) {
 	st := bigState(10000, 10)
 	d := &discard{}
 	p := newProxier(false, testConfig(), d)
-	if _, err := p.sync(context.Background(), st, backend.Changes{Reset: true}); err != nil {
-		b.Fatal(err)
-	}
+	mustSync(b, p, st, backend.Changes{Reset: true})
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := p.sync(context.Background(), st, backend.Changes{Resync: true}); err != nil {
-			b.Fatal(err)
-		}
+		mustSync(b, p, st, backend.Changes{Resync: true})
 	}
 	b.ReportMetric(float64(d.bytes), "restore-bytes")
 }

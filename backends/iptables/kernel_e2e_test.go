@@ -129,15 +129,23 @@ func forEachVariant(t *testing.T, f func(t *testing.T, v variant, ipv6 bool)) {
 	}
 }
 
+// syncEveryKind makes a proxier of variant v writing into a network
+// namespace of its own, ns, and syncs every kind of service with it, in
+// full.
+func syncEveryKind(t *testing.T, v variant, ipv6 bool) (ns string, r *execRunner, p *proxier, st *backend.State, res syncResult) {
+	t.Helper()
+	ns = newNetns(t)
+	r = kernelRunner(t, ns, v, ipv6)
+	p = newProxier(ipv6, testConfig(), r)
+	st = everyKind()
+	return ns, r, p, st, mustSync(t, p, st, backend.Changes{Reset: true})
+}
+
 // TestKernelAcceptsEveryKind: the kernel takes a full sync of every kind of
 // service, a second full sync is a no-op, and cleanup leaves nothing.
 func TestKernelAcceptsEveryKind(t *testing.T) {
 	forEachVariant(t, func(t *testing.T, v variant, ipv6 bool) {
-		ns := newNetns(t)
-		r := kernelRunner(t, ns, v, ipv6)
-		p := newProxier(ipv6, testConfig(), r)
-		st := everyKind()
-		res := mustSync(t, p, st, backend.Changes{Reset: true})
+		_, r, p, st, res := syncEveryKind(t, v, ipv6)
 		got := ourRules(t, r)
 		if res.rules["nat"] < 5 || !strings.Contains(got, "-j DNAT --to-destination") {
 			t.Fatalf("no service rules were written:\n%s", got)
@@ -187,24 +195,26 @@ func TestKernelPartialSyncsEqualFullSync(t *testing.T) {
 		if partial < 30 {
 			t.Fatalf("only %d of 40 syncs were partial", partial)
 		}
-		fresh := kernelRunner(t, newNetns(t), v, ipv6)
-
-		mustSync(t, newProxier(ipv6, testConfig(), fresh), st, backend.Changes{Reset: true})
-		if diff := cmp.Diff(ourRules(t, fresh), ourRules(t, r)); diff != "" {
-			t.Fatalf("kernel tables after partial syncs differ from a full sync (-full +partial):\n%s", diff)
-		}
+		sameAsFullSync(t, v, ipv6, st, r, "kernel tables after partial syncs differ from a full sync")
 	})
+}
+
+// sameAsFullSync fails the test, saying what, unless kpng's rules in r's
+// namespace are those a full sync of st writes in a fresh one.
+func sameAsFullSync(t *testing.T, v variant, ipv6 bool, st *backend.State, r *execRunner, what string) {
+	t.Helper()
+	fresh := kernelRunner(t, newNetns(t), v, ipv6)
+	mustSync(t, newProxier(ipv6, testConfig(), fresh), st, backend.Changes{Reset: true})
+	if diff := cmp.Diff(ourRules(t, fresh), ourRules(t, r)); diff != "" {
+		t.Fatalf("%s (-full sync +got):\n%s", what, diff)
+	}
 }
 
 // TestKernelCanary: flushing and deleting kpng's chains by hand makes the
 // next partial sync fail on the canary and a full sync repair everything.
 func TestKernelCanary(t *testing.T) {
 	forEachVariant(t, func(t *testing.T, v variant, ipv6 bool) {
-		ns := newNetns(t)
-		r := kernelRunner(t, ns, v, ipv6)
-		p := newProxier(ipv6, testConfig(), r)
-		st := everyKind()
-		mustSync(t, p, st, backend.Changes{Reset: true})
+		ns, r, p, st, _ := syncEveryKind(t, v, ipv6)
 
 		ipt := strings.TrimSuffix(r.saveCmd, "-save")
 		for _, args := range [][]string{{"-t", "nat", "-F"}, {"-t", "nat", "-X"}, {"-t", "filter", "-F"}, {"-t", "filter", "-X"}} {
@@ -233,11 +243,7 @@ func TestKernelCanary(t *testing.T) {
 		if !res.partialFailed || !res.full {
 			t.Fatalf("the canary did not turn the partial sync into a full one: %+v", res)
 		}
-		fresh := kernelRunner(t, newNetns(t), v, ipv6)
-		mustSync(t, newProxier(ipv6, testConfig(), fresh), st, backend.Changes{Reset: true})
-		if diff := cmp.Diff(ourRules(t, fresh), ourRules(t, r)); diff != "" {
-			t.Fatalf("not repaired (-want +got):\n%s", diff)
-		}
+		sameAsFullSync(t, v, ipv6, st, r, "not repaired")
 	})
 }
 
@@ -375,24 +381,10 @@ func benchKernelSync(b *testing.B, v variant, services int) {
 	}
 	resyncTime := time.Since(start)
 
-	key := backend.ServiceKey{Namespace: "ns", Name: fmt.Sprintf("svc-%05d", services/2), Family: localv1.IPFamily_IPV4}
-	orig := st.Services[key]
-	alt := named(key.Name, orig.Service.ClusterIp, nil, append(orig.Endpoints[:9:9], ep("10.250.0.1", 8009, false))...)
-	ch := backend.Changes{Set: []backend.ServiceKey{key}}
+	flip := newEndpointFlip(st, services)
 	var last syncResult
-	i := 0
 	for b.Loop() {
-		if i%2 == 0 {
-			st.Services[key] = alt
-		} else {
-			st.Services[key] = orig
-		}
-		i++
-		res, err := p.sync(ctx, st, ch)
-		if err != nil || res.full {
-			b.Fatalf("partial sync: %+v %v", res, err)
-		}
-		last = res
+		last = flip.partialSync(b, ctx, p)
 	}
 	// A periodic sync within --full-sync-period: the canary check only.
 	p.cfg.FullSyncPeriod = time.Hour
@@ -403,8 +395,8 @@ func benchKernelSync(b *testing.B, v variant, services int) {
 	periodicTime := time.Since(start)
 	// The loop's syncs reached the kernel: the tables hold the endpoint of
 	// the last state, not the other one.
-	want, gone := "10.250.0.1:8009", endpointString(orig.Endpoints[9].Ip, orig.Endpoints[9].Port)
-	if i%2 == 0 {
+	want, gone := "10.250.0.1:8009", endpointString(flip.orig.Endpoints[9].Ip, flip.orig.Endpoints[9].Port)
+	if flip.i%2 == 0 {
 		want, gone = gone, want
 	}
 	out, err := r.save(ctx)

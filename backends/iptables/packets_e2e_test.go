@@ -120,15 +120,8 @@ func sendFrom(t *testing.T, h *netlab.Host, dst netip.AddrPort, n int) {
 // route_localnet=1 and no rules, so the drop is the rule's doing. With
 // --localhost-nodeports=false, 127.0.0.1 accepts no node port.
 func TestPacketsLocalhostNodePorts(t *testing.T) {
-	lab := netlab.New(t, netlab.DefaultSpec())
-	state := netlab.NewState(t, lab)
+	lab, state := nodePortLab(t, 30090)
 	n1, ext := lab.Node("node-1"), lab.External
-	np := state.AddService("np", netlab.TCPPort("tcp", 80, 8080))
-	np.Spec.Type = corev1.ServiceTypeNodePort
-	np.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
-	np.Spec.Ports[0].NodePort = 30090
-	state.SetEndpoints(np, netlab.Ready(lab.Pod("pod-c"))...)
-	state.Write(t)
 
 	const daemonPort = 9099
 	daemon := serveLocalhost(t, &n1.Host, daemonPort)
@@ -262,19 +255,27 @@ func getAll(t *testing.T, h *netlab.Host, url string) string {
 	return string(b)
 }
 
+// nodePortLab is a lab whose state holds one NodePort service, "np" (port
+// 80, node port nodePort, Cluster policy), served by pod-c on 8080.
+func nodePortLab(t *testing.T, nodePort int32) (*netlab.Lab, *netlab.State) {
+	t.Helper()
+	lab := netlab.New(t, netlab.DefaultSpec())
+	state := netlab.NewState(t, lab)
+	np := state.AddService("np", netlab.TCPPort("tcp", 80, 8080))
+	np.Spec.Type = corev1.ServiceTypeNodePort
+	np.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+	np.Spec.Ports[0].NodePort = nodePort
+	state.SetEndpoints(np, netlab.Ready(lab.Pod("pod-c"))...)
+	state.Write(t)
+	return lab, state
+}
+
 // TestPacketsNodePortAddressesFollowInterfaces: with --nodeport-addresses
 // CIDRs, an address added to the node inside them accepts node ports
 // within a periodic sync (not only at the hourly full sync).
 func TestPacketsNodePortAddressesFollowInterfaces(t *testing.T) {
-	lab := netlab.New(t, netlab.DefaultSpec())
-	state := netlab.NewState(t, lab)
+	lab, state := nodePortLab(t, 30091)
 	n1, ext := lab.Node("node-1"), lab.External
-	np := state.AddService("np", netlab.TCPPort("tcp", 80, 8080))
-	np.Spec.Type = corev1.ServiceTypeNodePort
-	np.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
-	np.Spec.Ports[0].NodePort = 30091
-	state.SetEndpoints(np, netlab.Ready(lab.Pod("pod-c"))...)
-	state.Write(t)
 	const period = 2 * time.Second
 	stop := startKpng(t, n1, state, netlab.ProxyConfig{
 		NodePortAddresses: []string{"192.168.77.0/24", "fd00:77::/64"},

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"iter"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -253,28 +255,15 @@ func (p *proxier) fullSync(ctx context.Context, state *backend.State, changes ba
 			}
 		}
 		p.writeFixed(b, tbl)
-		for i := range numShared {
-			if sharedChains[i].table == tbl {
-				p.writeShared(b, i, keys, services)
-			}
+		p.writeSharedChains(b, tbl, func(shared) bool { return true }, keys, services)
+		natKeys := keys // services' chains are all in nat
+		if tbl != "nat" {
+			natKeys = nil
 		}
-		if tbl == "nat" {
-			for _, k := range keys {
-				for _, c := range services[k].chains {
-					b.Write(c.rules)
-				}
-			}
-		}
-		for _, c := range stale {
-			b.WriteString("-X " + c + "\n")
-		}
-		b.WriteString("COMMIT\n")
+		endTable(b, serviceChains(natKeys, services), stale)
 	}
-	res.bytes, res.wrote, res.written = b.Len(), true, countWritten(b.Bytes())
-	if err := p.run.restore(ctx, b.Bytes()); err != nil {
-		p.needFull = true
-		res.restoreFailures++
-		return res, fmt.Errorf("%s full sync: %w", p.name(), err)
+	if err := p.restore(ctx, b, &res, "full"); err != nil {
+		return res, err
 	}
 	p.services, p.keys, p.needFull = services, keys, false
 	p.lastFull = p.now()
@@ -284,6 +273,46 @@ func (p *proxier) fullSync(ctx context.Context, state *backend.State, changes ba
 	}
 	res.rules, res.noLocal = p.counts()
 	return res, nil
+}
+
+// endTable ends a table's restore input: the rules of chains (declared
+// before), the deletion of the chains named in gone, COMMIT.
+func endTable(b *bytes.Buffer, chains iter.Seq[ownChain], gone []string) {
+	if chains != nil {
+		for c := range chains {
+			b.Write(c.rules)
+		}
+	}
+	for _, c := range gone {
+		b.WriteString("-X " + c + "\n")
+	}
+	b.WriteString("COMMIT\n")
+}
+
+// serviceChains are the chains of the services of keys, in key order.
+func serviceChains(keys []backend.ServiceKey, services map[backend.ServiceKey]*rendered) iter.Seq[ownChain] {
+	return func(yield func(ownChain) bool) {
+		for _, k := range keys {
+			for _, c := range services[k].chains {
+				if !yield(c) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// restore runs the restore input in b for a sync of kind (full or
+// partial), recording in res its size and what it wrote; a failure makes
+// the next sync a full one.
+func (p *proxier) restore(ctx context.Context, b *bytes.Buffer, res *syncResult, kind string) error {
+	res.bytes, res.wrote, res.written = b.Len(), true, countWritten(b.Bytes())
+	if err := p.run.restore(ctx, b.Bytes()); err != nil {
+		p.needFull = true
+		res.restoreFailures++
+		return fmt.Errorf("%s %s sync: %w", p.name(), kind, err)
+	}
+	return nil
 }
 
 // jumpKey names a builtin jump that kpng wants ("" for one it does not).
@@ -343,6 +372,16 @@ func (p *proxier) writeFixed(b *bytes.Buffer, tbl string) {
 		// 127.0.0.0/8; only DNATed (node port) connections may.
 		add(b, chainFirewall).w(comment("block incoming localnet connections")...).
 			w("-d", "127.0.0.0/8", "!", "-s", "127.0.0.0/8", "-m", "conntrack", "!", "--ctstate", "RELATED,ESTABLISHED,DNAT", "-j", "DROP").end()
+	}
+}
+
+// writeSharedChains writes the shared chains of table tbl that want
+// names.
+func (p *proxier) writeSharedChains(b *bytes.Buffer, tbl string, want func(shared) bool, keys []backend.ServiceKey, services map[backend.ServiceKey]*rendered) {
+	for i := range numShared {
+		if want(i) && sharedChains[i].table == tbl {
+			p.writeShared(b, i, keys, services)
+		}
 	}
 }
 
@@ -464,11 +503,7 @@ func (p *proxier) partialSync(ctx context.Context, state *backend.State, changes
 		}
 	}
 	if newKeys {
-		keys = make([]backend.ServiceKey, 0, len(services))
-		for k := range services {
-			keys = append(keys, k)
-		}
-		slices.SortFunc(keys, backend.ServiceKey.Compare)
+		keys = slices.SortedFunc(maps.Keys(services), backend.ServiceKey.Compare)
 	}
 
 	b := &p.buf
@@ -491,26 +526,15 @@ func (p *proxier) partialSync(ctx context.Context, state *backend.State, changes
 		// The canary: fails, and so fails the whole restore, if the table
 		// was flushed behind kpng's back.
 		b.WriteString("-F " + chainCanary + "\n")
-		for i := range numShared {
-			if dirty[i] && sharedChains[i].table == tbl {
-				p.writeShared(b, i, keys, services)
-			}
-		}
+		p.writeSharedChains(b, tbl, func(i shared) bool { return dirty[i] }, keys, services)
 		if tbl == "nat" {
-			for _, c := range writeChains {
-				b.Write(c.rules)
-			}
-			for _, c := range deleteChains {
-				b.WriteString("-X " + c + "\n")
-			}
+			endTable(b, slices.Values(writeChains), deleteChains)
+		} else {
+			endTable(b, nil, nil)
 		}
-		b.WriteString("COMMIT\n")
 	}
-	res.bytes, res.wrote, res.written = b.Len(), true, countWritten(b.Bytes())
-	if err := p.run.restore(ctx, b.Bytes()); err != nil {
-		p.needFull = true
-		res.restoreFailures++
-		return res, fmt.Errorf("%s partial sync: %w", p.name(), err)
+	if err := p.restore(ctx, b, &res, "partial"); err != nil {
+		return res, err
 	}
 	for _, c := range chs {
 		p.total(c.old, -1)

@@ -42,7 +42,7 @@ func named(name, ip string, mut func(s *localv1.Service), eps ...*localv1.Endpoi
 	return se
 }
 
-func mustSync(t *testing.T, p *proxier, st *backend.State, ch backend.Changes) syncResult {
+func mustSync(t testing.TB, p *proxier, st *backend.State, ch backend.Changes) syncResult {
 	t.Helper()
 	res, err := p.sync(context.Background(), st, ch)
 	if err != nil {

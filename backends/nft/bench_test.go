@@ -57,9 +57,7 @@ func BenchmarkFullSync(b *testing.B) {
 	ops := 0
 	for b.Loop() {
 		be := benchBackend()
-		if err := be.Sync(context.Background(), st, backend.Changes{Reset: true}); err != nil {
-			b.Fatal(err)
-		}
+		coldSync(b, be, st)
 		ops = be.Last[0].Operations
 	}
 	b.ReportMetric(float64(ops), "nft-ops/sync")
@@ -70,19 +68,12 @@ func BenchmarkFullSync(b *testing.B) {
 func BenchmarkOneEndpointChange(b *testing.B) {
 	st := benchState(10000, 10)
 	be := benchBackend()
-	if err := be.Sync(context.Background(), st, backend.Changes{Reset: true}); err != nil {
-		b.Fatal(err)
-	}
+	coldSync(b, be, st)
 	b.ReportAllocs()
 	ops, gen := 0, 0
 	for b.Loop() {
 		gen++
-		se := benchService(gen%10000, 10, gen)
-		k := backend.KeyOf(se)
-		st.Services[k] = se
-		if err := be.Sync(context.Background(), st, backend.Changes{Set: []backend.ServiceKey{k}}); err != nil {
-			b.Fatal(err)
-		}
+		changeOneEndpoint(b, be, st, gen)
 		ops = be.Last[0].Operations
 	}
 	b.ReportMetric(float64(ops), "nft-ops/sync")
@@ -98,22 +89,35 @@ func BenchmarkOneEndpointChangeNetlink(b *testing.B) {
 	tb := be.tables[0]
 	tb.nl = newNLTable(tb.fam, "kpng")
 	tb.nl.dial = kern.dial
-	if err := be.Sync(context.Background(), st, backend.Changes{Reset: true}); err != nil {
-		b.Fatal(err)
-	}
+	coldSync(b, be, st)
 	b.ReportAllocs()
 	gen := 0
 	for b.Loop() {
 		gen++
-		se := benchService(gen%10000, 10, gen)
-		k := backend.KeyOf(se)
-		st.Services[k] = se
-		if err := be.Sync(context.Background(), st, backend.Changes{Set: []backend.ServiceKey{k}}); err != nil {
-			b.Fatal(err)
-		}
+		changeOneEndpoint(b, be, st, gen)
 		if !be.Last[0].Netlink {
 			b.Fatalf("not written through netlink: %+v", be.Last[0])
 		}
 		kern.batches = kern.batches[:0]
+	}
+}
+
+// coldSync is be's first sync of st.
+func coldSync(b *testing.B, be *Backend, st *backend.State) {
+	b.Helper()
+	if err := be.Sync(context.Background(), st, backend.Changes{Reset: true}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// changeOneEndpoint changes one endpoint of one of st's 10,000 services
+// (which, by gen) and syncs be.
+func changeOneEndpoint(b *testing.B, be *Backend, st *backend.State, gen int) {
+	b.Helper()
+	se := benchService(gen%10000, 10, gen)
+	k := backend.KeyOf(se)
+	st.Services[k] = se
+	if err := be.Sync(context.Background(), st, backend.Changes{Set: []backend.ServiceKey{k}}); err != nil {
+		b.Fatal(err)
 	}
 }

@@ -138,6 +138,18 @@ func (w *nlTable) encode(ops []op, sets func(string) *set) ([]netlink.Message, e
 	return b.msgs, nil
 }
 
+// setOrMap adds (with add) or deletes the set or map name.
+func (b *batch) setOrMap(v verb, name string, add func() error) error {
+	switch v {
+	case opAdd:
+		return add()
+	case opDelete:
+		b.delSet(name)
+		return nil
+	}
+	return cannot("set or map operation %d", v)
+}
+
 // maxElemsPerMsg bounds the elements of one message: their list is one
 // netlink attribute, of at most 64 KiB.
 const maxElemsPerMsg = 256
@@ -178,21 +190,9 @@ func (b *batch) op(o op) error {
 		}
 		return b.rule(obj)
 	case *knftables.Set:
-		switch o.verb {
-		case opAdd:
-			return b.affinitySet(obj)
-		case opDelete:
-			b.delSet(obj.Name)
-			return nil
-		}
+		return b.setOrMap(o.verb, obj.Name, func() error { return b.affinitySet(obj) })
 	case *knftables.Map:
-		switch o.verb {
-		case opAdd:
-			return b.endpointMap(obj)
-		case opDelete:
-			b.delSet(obj.Name)
-			return nil
-		}
+		return b.setOrMap(o.verb, obj.Name, func() error { return b.endpointMap(obj) })
 	case *knftables.Element:
 		return b.elements(o.verb, []*knftables.Element{obj})
 	}

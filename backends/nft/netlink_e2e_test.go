@@ -178,15 +178,23 @@ func TestNetlinkFailureIsAtomic(t *testing.T) {
 		}
 		f.clock = f.clock.Add(2 * staleDelay) // the emptied chains go
 		f.sync(backend.Changes{})
-		got := listTable(t, ns, "ip")
-		nftIn(t, ns, "delete", "table", "ip", "kpng")
-		ref := realFixtureWith(t, testConfig(), false)
-		ref.state = f.state
-		ref.sync(backend.Changes{})
-		if want := listTable(t, ns, "ip"); got != want {
-			t.Errorf("the repaired table differs from a fresh one:\n%s", diffLines(got, want))
-		}
+		sameAsNftWrites(t, ns, f, "the repaired table differs from a fresh one")
 	})
+}
+
+// sameAsNftWrites fails the test, saying what, unless f's IPv4 table in ns
+// is the one a fresh backend writes with the nft command for f's state.
+// It deletes the table.
+func sameAsNftWrites(t *testing.T, ns string, f *fixture, what string) {
+	t.Helper()
+	got := listTable(t, ns, "ip")
+	nftIn(t, ns, "delete", "table", "ip", "kpng")
+	ref := realFixtureWith(t, testConfig(), false)
+	ref.state = f.state
+	ref.sync(backend.Changes{})
+	if want := listTable(t, ns, "ip"); got != want {
+		t.Errorf("%s:\n%s", what, diffLines(got, want))
+	}
 }
 
 // TestNetlinkLargeBatch: thousands of services added in one sync make one
@@ -200,13 +208,6 @@ func TestNetlinkLargeBatch(t *testing.T) {
 		if st := f.b.Last[0]; !st.Netlink || st.Operations < 3000 {
 			t.Fatalf("adding 3,000 services: %+v, want one netlink batch", st)
 		}
-		got := listTable(t, ns, "ip")
-		nftIn(t, ns, "delete", "table", "ip", "kpng")
-		ref := realFixtureWith(t, testConfig(), false)
-		ref.state = f.state
-		ref.sync(backend.Changes{})
-		if want := listTable(t, ns, "ip"); got != want {
-			t.Errorf("the table written through netlink differs from nft's:\n%s", diffLines(got, want))
-		}
+		sameAsNftWrites(t, ns, f, "the table written through netlink differs from nft's")
 	})
 }

@@ -198,6 +198,20 @@ func (b *batch) ruleExprs(text string) ([]expr.Any, error) {
 	return nil, cannot("rule %q", text)
 }
 
+// anonElems adds the elements fill encodes to the anonymous set (or map)
+// name, of id, that the batch creates.
+func (b *batch) anonElems(name string, id uint32, fill func(ae *netlink.AttributeEncoder)) {
+	b.msg(unix.NFT_MSG_NEWSETELEM, netlink.Create, func(ae *netlink.AttributeEncoder) {
+		ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, b.table)
+		ae.String(unix.NFTA_SET_ELEM_LIST_SET, name)
+		ae.Uint32(unix.NFTA_SET_ELEM_LIST_SET_ID, id)
+		ae.Nested(unix.NFTA_SET_ELEM_LIST_ELEMENTS, func(ae *netlink.AttributeEncoder) error {
+			fill(ae)
+			return nil
+		})
+	})
+}
+
 // sourceRanges is the loadBalancerSourceRanges rule: drop sources outside
 // the listed prefixes and addresses. As nft does, one element is a plain
 // comparison; more make an anonymous interval set, overlapping and adjacent
@@ -267,34 +281,28 @@ func (b *batch) sourceRanges(list []string) ([]expr.Any, error) {
 		})
 		ae.Bytes(unix.NFTA_SET_USERDATA, udata)
 	})
-	b.msg(unix.NFT_MSG_NEWSETELEM, netlink.Create, func(ae *netlink.AttributeEncoder) {
-		ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, b.table)
-		ae.String(unix.NFTA_SET_ELEM_LIST_SET, name)
-		ae.Uint32(unix.NFTA_SET_ELEM_LIST_SET_ID, id)
-		ae.Nested(unix.NFTA_SET_ELEM_LIST_ELEMENTS, func(ae *netlink.AttributeEncoder) error {
-			n := uint16(0)
-			elem := func(a netip.Addr, end bool) {
-				n++
-				ae.Nested(n, func(ae *netlink.AttributeEncoder) error {
-					if end {
-						ae.Uint32(unix.NFTA_SET_ELEM_FLAGS, unix.NFT_SET_ELEM_INTERVAL_END)
-					}
-					encodeElem(ae, a.AsSlice(), nil, nil)
-					return nil
-				})
-			}
-			// Below the first range: an interval end at the lowest address.
-			zero := netip.IPv4Unspecified()
-			if f.model == ipv6.model {
-				zero = netip.IPv6Unspecified()
-			}
-			elem(zero, true)
-			for _, s := range merged {
-				elem(s.lo, false)
-				elem(s.hi.Next(), true)
-			}
-			return nil
-		})
+	b.anonElems(name, id, func(ae *netlink.AttributeEncoder) {
+		n := uint16(0)
+		elem := func(a netip.Addr, end bool) {
+			n++
+			ae.Nested(n, func(ae *netlink.AttributeEncoder) error {
+				if end {
+					ae.Uint32(unix.NFTA_SET_ELEM_FLAGS, unix.NFT_SET_ELEM_INTERVAL_END)
+				}
+				encodeElem(ae, a.AsSlice(), nil, nil)
+				return nil
+			})
+		}
+		// Below the first range: an interval end at the lowest address.
+		zero := netip.IPv4Unspecified()
+		if f.model == ipv6.model {
+			zero = netip.IPv6Unspecified()
+		}
+		elem(zero, true)
+		for _, s := range merged {
+			elem(s.lo, false)
+			elem(s.hi.Next(), true)
+		}
 	})
 	return []expr.Any{
 		f.saddr(f.addrLen()),
@@ -419,15 +427,7 @@ func (b *batch) anonMap(dataType, dataLen uint32, udata []byte, n int, elems fun
 		})
 		ae.Bytes(unix.NFTA_SET_USERDATA, udata)
 	})
-	b.msg(unix.NFT_MSG_NEWSETELEM, netlink.Create, func(ae *netlink.AttributeEncoder) {
-		ae.String(unix.NFTA_SET_ELEM_LIST_TABLE, b.table)
-		ae.String(unix.NFTA_SET_ELEM_LIST_SET, name)
-		ae.Uint32(unix.NFTA_SET_ELEM_LIST_SET_ID, id)
-		ae.Nested(unix.NFTA_SET_ELEM_LIST_ELEMENTS, func(ae *netlink.AttributeEncoder) error {
-			elems(ae)
-			return nil
-		})
-	})
+	b.anonElems(name, id, elems)
 	return name, id
 }
 

@@ -340,13 +340,7 @@ func (t *table) commit(p *plan, e *env, now time.Time) {
 		t.elems, t.claims = make(map[elemID]string, len(p.elems)), make(map[elemID][]claim, len(p.claims))
 		t.stale = map[string]time.Time{}
 	} else {
-		for owner, np := range p.parts {
-			if np == nil {
-				delete(t.parts, owner)
-			} else {
-				t.parts[owner] = np
-			}
-		}
+		update(t.parts, p.parts, func(np *part) (*part, bool) { return np, np != nil })
 	}
 	for name, sig := range p.chains {
 		t.chains[name] = sig
@@ -356,31 +350,30 @@ func (t *table) commit(p *plan, e *env, now time.Time) {
 			t.stale[name] = now
 		}
 	}
-	for name, s := range p.sets {
-		if s == nil {
-			delete(t.sets, name)
-		} else {
-			t.sets[name] = s
-		}
-	}
-	for id, v := range p.elems {
+	update(t.sets, p.sets, func(s *set) (*set, bool) { return s, s != nil })
+	update(t.elems, p.elems, func(v *string) (string, bool) {
 		if v == nil {
-			delete(t.elems, id)
-		} else {
-			t.elems[id] = *v
+			return "", false
 		}
-	}
-	for id, cl := range p.claims {
-		if len(cl) == 0 {
-			delete(t.claims, id)
-		} else {
-			t.claims[id] = cl
-		}
-	}
+		return *v, true
+	})
+	update(t.claims, p.claims, func(cl []claim) ([]claim, bool) { return cl, len(cl) > 0 })
 	t.env = e
 	t.synced = true
 	if p.full {
 		t.lastFull = now
+	}
+}
+
+// update applies a plan's changes to a mirror map: keep says, for each
+// changed key, its new value, or that it is gone.
+func update[K comparable, V, C any](mirror map[K]V, changes map[K]C, keep func(C) (V, bool)) {
+	for k, c := range changes {
+		if v, ok := keep(c); ok {
+			mirror[k] = v
+		} else {
+			delete(mirror, k)
+		}
 	}
 }
 
