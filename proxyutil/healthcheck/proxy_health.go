@@ -31,6 +31,9 @@ type ProxyHealth struct {
 	LastUpdated  time.Time `json:"lastUpdated"`
 	CurrentTime  time.Time `json:"currentTime"`
 	NodeEligible *bool     `json:"nodeEligible,omitempty"`
+	// NodeStatus says, on /healthz, why the node is not eligible: kpng's
+	// detail, which kube-proxy's answer does not have.
+	NodeStatus string `json:"nodeStatus,omitempty"`
 	// Healthy is true when every family is.
 	Healthy bool `json:"healthy"`
 	// Status is per family: "IPv4", "IPv6".
@@ -55,6 +58,7 @@ type ProxyHealthServer struct {
 	oldestPending map[localv1.IPFamily]time.Time
 	families      []localv1.IPFamily
 	nodeKnown     bool
+	nodeName      string // of the last view seen, "" before the first
 }
 
 // NewProxyHealthServer returns a health server for a proxy that serves the
@@ -124,6 +128,7 @@ func (hs *ProxyHealthServer) setNode(state *backend.State) {
 	}
 	hs.mu.Lock()
 	hs.nodeKnown = state.Node != nil
+	hs.nodeName = state.NodeName
 	hs.mu.Unlock()
 }
 
@@ -156,6 +161,19 @@ func (hs *ProxyHealthServer) NodeEligible() bool {
 	return hs.nodeKnown
 }
 
+// nodeStatus says why the node is not eligible.
+func (hs *ProxyHealthServer) nodeStatus() string {
+	hs.mu.RLock()
+	defer hs.mu.RUnlock()
+	switch {
+	case hs.nodeKnown:
+		return ""
+	case hs.nodeName == "":
+		return "no view of this node yet (waiting for its Node object at start-up, as kube-proxy)"
+	}
+	return fmt.Sprintf("no Node object named %q: check --hostname-override / --node-name against the cluster's Nodes", hs.nodeName)
+}
+
 // Handler returns the /healthz and /livez routes.
 func (hs *ProxyHealthServer) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -163,6 +181,9 @@ func (hs *ProxyHealthServer) Handler() http.Handler {
 		h := hs.Health()
 		eligible := hs.NodeEligible()
 		h.NodeEligible = &eligible
+		if !eligible {
+			h.NodeStatus = hs.nodeStatus()
+		}
 		hs.answer(w, h, h.Healthy && eligible, metrics.ProxyHealthzTotal)
 	})
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,7 +128,7 @@ func TestProxyHealthHTTP(t *testing.T) {
 	// No view yet: the node is not known, so /healthz fails, /livez passes.
 	var h ProxyHealth
 	code, hdr := getJSON(t, base+"/healthz", &h)
-	if code != 503 || h.NodeEligible == nil || *h.NodeEligible || !h.Healthy {
+	if code != 503 || h.NodeEligible == nil || *h.NodeEligible || !h.Healthy || !strings.Contains(h.NodeStatus, "no view of this node yet") {
 		t.Errorf("/healthz before any view: %d %+v", code, h)
 	}
 	if hdr.Get("Content-Type") != "application/json" || hdr.Get("X-Content-Type-Options") != "nosniff" {
@@ -142,7 +143,7 @@ func TestProxyHealthHTTP(t *testing.T) {
 	hs.OnSync(backend.SyncResult{State: withNode(), Changes: backend.Changes{Reset: true}})
 	clk.add(time.Minute) // idle: still healthy, and lastUpdated reads "now"
 	h = ProxyHealth{}
-	if code, _ := getJSON(t, base+"/healthz", &h); code != 200 || !*h.NodeEligible || !h.LastUpdated.Equal(clk.t) || !h.Status["IPv4"].Healthy {
+	if code, _ := getJSON(t, base+"/healthz", &h); code != 200 || !*h.NodeEligible || h.NodeStatus != "" || !h.LastUpdated.Equal(clk.t) || !h.Status["IPv4"].Healthy {
 		t.Errorf("/healthz synced: %d %+v", code, h)
 	}
 
@@ -168,5 +169,13 @@ func TestProxyHealthHTTP(t *testing.T) {
 		if got := metricstest.Counter(t, vec.WithLabelValues(c.code)); got != c.want {
 			t.Errorf("proxy_%s_total{code=%s} = %v, want %v", c.vec, c.code, got, c.want)
 		}
+	}
+
+	// A view whose Node object does not exist: not eligible, and /healthz
+	// says which name has no Node.
+	hs.OnSync(backend.SyncResult{State: backend.NewState("n1"), Changes: backend.Changes{}})
+	h = ProxyHealth{}
+	if code, _ := getJSON(t, base+"/healthz", &h); code != 503 || *h.NodeEligible || !strings.Contains(h.NodeStatus, `no Node object named "n1"`) {
+		t.Errorf("/healthz without a Node: %d %+v", code, h)
 	}
 }
