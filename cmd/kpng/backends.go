@@ -58,6 +58,7 @@ func backendCommands(nodeName func() string, runFeed feedRunner) []*cobra.Comman
 		plugin := reg.New()
 		var cleanup bool
 		removeKubeProxy := true
+		waitNode := nodeWaitTimeout
 		cmd := &cobra.Command{
 			Use:   "to-" + reg.Name,
 			Short: reg.Short,
@@ -75,13 +76,15 @@ func backendCommands(nodeName func() string, runFeed feedRunner) []*cobra.Comman
 				if removeKubeProxy {
 					tune = withKubeProxyRemoval(ctx)
 				}
-				return runBackend(ctx, reg.Name, plugin, node, tune, runFeed)
+				return runBackend(ctx, reg.Name, plugin, node, nodeWait{Timeout: waitNode}, tune, runFeed)
 			},
 		}
 		cmd.Flags().AddGoFlagSet(pluginFlags(reg.Name, plugin))
 		cmd.Flags().BoolVar(&removeKubeProxy, "remove-kube-proxy-rules", removeKubeProxy,
 			"once kpng's rules are in place, remove kube-proxy's (every mode's), as kube-proxy does when its mode changes; false when kpng runs beside kube-proxy (--service-proxy-name)")
 		cmd.Flags().BoolVar(&cleanup, "cleanup", false, "remove everything this backend created in the kernel, then exit")
+		cmd.Flags().DurationVar(&waitNode, "wait-for-node", waitNode,
+			"at start-up, how long to wait for this node's Node object (with addresses) before programming without it, as kube-proxy waits (0: do not wait)")
 		cmds = append(cmds, cmd)
 	}
 	return cmds
@@ -122,7 +125,7 @@ func withKubeProxyRemoval(ctx context.Context) func(*backend.Options) {
 // with the feed runFeed gives until ctx ends; tune, if set, adjusts the
 // driver's options after the plugin's own (kpng proxy sets the sync periods
 // of its configuration). The to-<name> commands and kpng proxy share it.
-func runBackend(ctx context.Context, name string, plugin backend.Plugin, node string, tune func(*backend.Options), runFeed feedRunner) error {
+func runBackend(ctx context.Context, name string, plugin backend.Plugin, node string, wait nodeWait, tune func(*backend.Options), runFeed feedRunner) error {
 	if err := checkNetAdmin(name); err != nil {
 		return err
 	}
@@ -138,6 +141,6 @@ func runBackend(ctx context.Context, name string, plugin backend.Plugin, node st
 	}
 	klog.FromContext(ctx).Info("Starting backend", "backend", name, "node", node)
 	return runFeed(ctx, func(ctx context.Context, feed backend.Feed) error {
-		return backend.Run(ctx, feed, b, opts)
+		return backend.Run(ctx, waitForNode(feed, node, wait), b, opts)
 	})
 }

@@ -247,7 +247,10 @@ func runProxy(ctx context.Context, fs *pflag.FlagSet, flags *proxyFlags, deps pr
 	if deps.kubeProxyRemoval != nil {
 		removeKubeProxy = deps.kubeProxyRemoval(ctx)
 	}
-	runErr := runBackend(ctx, reg.Name, plugin, node,
+	// As kube-proxy's NodeManager: wait for the Node, and with
+	// detectLocalMode NodeCIDR for its pod CIDRs.
+	wait := nodeWait{Timeout: nodeWaitTimeout, PodCIDRs: c.DetectLocalMode == config.LocalModeNodeCIDR}
+	runErr := runBackend(ctx, reg.Name, plugin, node, wait,
 		func(o *backend.Options) {
 			// The configuration drives the runner, whatever the backend's
 			// own flags say.
