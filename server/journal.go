@@ -102,13 +102,15 @@ func (j *journal[K, V]) keys(fn func(K)) {
 	}
 }
 
-// wait blocks until the revision is past rev and returns it.
+// wait blocks until the revision is past rev and returns it. A rev the
+// journal never reached (a client's resume with a revision from nowhere)
+// does not wait: since answers it with a reset.
 func (j *journal[K, V]) wait(ctx context.Context, rev uint64) (uint64, error) {
 	for {
 		j.mu.RLock()
 		cur, ch := j.rev, j.changed
 		j.mu.RUnlock()
-		if cur > rev {
+		if cur != rev {
 			return cur, nil
 		}
 		select {

@@ -2,8 +2,10 @@ package server
 
 import (
 	"cmp"
+	"context"
 	"strconv"
 	"testing"
+	"time"
 )
 
 func newTestJournal(max int) *journal[int, *string] {
@@ -81,5 +83,29 @@ func BenchmarkJournalUpdateWithFullHistory(b *testing.B) {
 				j.update(false, func(set func(int, *string)) { set(i%100, str("w")) })
 			}
 		})
+	}
+}
+
+// TestJournalWaitAnswersARevisionFromNowhere: a client resuming from a
+// revision the journal never reached (a bug or a forged request) is not
+// left waiting for the journal to get there: wait returns, and since
+// answers with a reset.
+func TestJournalWaitAnswersARevisionFromNowhere(t *testing.T) {
+	j := newTestJournal(8)
+	j.update(false, func(set func(int, *string)) { set(1, str("v")) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cur, err := j.wait(ctx, 1<<40)
+	if err != nil {
+		t.Fatalf("wait(1<<40) at revision 1: %v", err)
+	}
+	if items, rev, reset := j.since(1 << 40); !reset || rev != cur || len(items) != 1 {
+		t.Errorf("since(1<<40) = %d items, rev %d, reset %v; want the whole state at %d", len(items), rev, reset, cur)
+	}
+	// At the current revision, wait still waits for a change.
+	short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancelShort()
+	if _, err := j.wait(short, cur); err == nil {
+		t.Errorf("wait(%d) at revision %d returned without a change", cur, cur)
 	}
 }
