@@ -25,14 +25,19 @@ type feedRunner func(ctx context.Context, drive func(context.Context, backend.Fe
 // hands it to a backend: kpng <source> ... to-local --node-name N to-<backend>.
 func toLocalCommand(source sourceFactory) *cobra.Command {
 	opts := &brain.Options{}
+	var gates map[string]bool
 	cmd := &cobra.Command{
 		Use:   "to-local <backend>",
 		Short: "Compute a node's view in this process and run a dataplane backend with it",
 		Args:  cobra.NoArgs,
 	}
 	nodeFlags(cmd.PersistentFlags(), opts)
+	gateFlag(cmd.PersistentFlags(), &gates)
 	cmd.AddCommand(backendCommands(func() string { return opts.NodeName },
 		func(ctx context.Context, drive func(context.Context, backend.Feed) error) error {
+			if err := applyGates(ctx, gates, opts); err != nil {
+				return err
+			}
 			src, err := source(sourceOptionsFor(*opts))
 			if err != nil {
 				return err

@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/klog/v2"
 
 	"github.com/kpng/kpng/brain"
 	"github.com/kpng/kpng/cluster"
@@ -75,6 +77,26 @@ type sourceOptions struct {
 // sourceFactory builds the source once the flags are parsed.
 type sourceFactory func(sourceOptions) (stage, error)
 
+// gateFlag binds --feature-gates of a sink that computes views in this
+// process: kube-proxy 1.36's gates, parsed as kpng proxy parses them.
+func gateFlag(fs *pflag.FlagSet, gates *map[string]bool) {
+	fs.Var(cliflag.NewMapStringBool(gates), "feature-gates",
+		"kube-proxy 1.36 feature gates, key=value pairs; those that change a decision of the brain (AllowServiceExternalIPs) apply")
+}
+
+// applyGates sets the brain options gates decide, after checking them as
+// kube-proxy does; gates kpng does not act on are logged once.
+func applyGates(ctx context.Context, gates map[string]bool, opts *brain.Options) error {
+	warning, err := checkFeatureGates(gates)
+	if err != nil {
+		return err
+	}
+	if warning != "" {
+		klog.FromContext(ctx).Info("Configuration warning", "warning", warning)
+	}
+	return gateBrainOptions(gates, opts)
+}
+
 // sourceOptionsFor returns the source options of a node-local sink.
 func sourceOptionsFor(opts brain.Options) sourceOptions {
 	return sourceOptions{NodeName: opts.NodeName, ServiceProxyName: opts.ServiceProxyName}
@@ -83,6 +105,7 @@ func sourceOptionsFor(opts brain.Options) sourceOptions {
 // sinkCommands returns the sink sub-commands of a source command.
 func sinkCommands(source sourceFactory) []*cobra.Command {
 	toFile := &tofile.Sink{}
+	var toFileGates map[string]bool
 	toFileCmd := &cobra.Command{
 		Use:   "to-file",
 		Short: "Write a node's view (YAML or JSON) to a file or standard output",
@@ -90,6 +113,9 @@ func sinkCommands(source sourceFactory) []*cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if toFile.Options.NodeName == "" {
 				return errors.New("--node-name is required (the host name could not be read)")
+			}
+			if err := applyGates(cmd.Context(), toFileGates, &toFile.Options); err != nil {
+				return err
 			}
 			src, err := source(sourceOptionsFor(toFile.Options))
 			if err != nil {
@@ -99,6 +125,7 @@ func sinkCommands(source sourceFactory) []*cobra.Command {
 		},
 	}
 	nodeFlags(toFileCmd.Flags(), &toFile.Options)
+	gateFlag(toFileCmd.Flags(), &toFileGates)
 	toFileCmd.Flags().StringVarP(&toFile.Output, "output", "o", "-", `file to write, "-" for standard output`)
 	toFileCmd.Flags().StringVar(&toFile.Format, "format", "yaml", "yaml or json")
 	toFileCmd.Flags().BoolVar(&toFile.Follow, "follow", false,
