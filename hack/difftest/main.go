@@ -23,6 +23,10 @@ import (
 	"k8s.io/klog/v2"
 )
 
+// rerunBuild and rerunFlags are what a report's rerun line needs besides
+// the seed: the mutation build's tag and flag, when a bug is planted.
+var rerunBuild, rerunFlags string
+
 func main() {
 	var o Options
 	flag.IntVar(&o.N, "n", 300, "number of random clusters")
@@ -82,7 +86,7 @@ func report(w io.Writer, f Failure) {
 	case f.Step > 0:
 		where = fmt.Sprintf("update %d of the sequence (the same state computed afresh agrees)", f.Step)
 	}
-	fmt.Fprintf(w, "\nMISMATCH seed=%d at %s; rerun: go -C hack/difftest run . -seed %d -n 1\n", f.Seed, where, f.Seed)
+	fmt.Fprintf(w, "\nMISMATCH seed=%d at %s; rerun: go -C hack/difftest run %s. %s-seed %d -n 1\n", f.Seed, where, rerunBuild, rerunFlags, f.Seed)
 	nodes := slices.Sorted(maps.Keys(f.Diffs))
 	for _, n := range nodes {
 		fmt.Fprintf(w, "node %s:\n", n)
@@ -90,9 +94,9 @@ func report(w io.Writer, f Failure) {
 			fmt.Fprintf(w, "  %s\n", d)
 		}
 	}
-	gates := ""
+	gates, gateFlag := "", ""
 	if f.After.Gates.NoExternalIPs {
-		gates = " (with featureGates AllowServiceExternalIPs: false)"
+		gates, gateFlag = " (with AllowServiceExternalIPs=false)", " --feature-gates AllowServiceExternalIPs=false"
 	}
 	node := "NODE"
 	if len(nodes) > 0 {
@@ -104,14 +108,14 @@ func report(w io.Writer, f Failure) {
 			note = "not shrunk: two states alone do not reproduce it, the sequence's history matters; rerun the seed"
 		}
 		before, err := YAML(f.Before, fmt.Sprintf("seed %d, state before update %d (%s)%s", f.Seed, f.Step, note, gates),
-			"start `kpng file --input FILE to-file --node-name "+node+" --output -` on this,")
+			"start `kpng file --input FILE to-file --node-name "+node+gateFlag+" --output -` on this,")
 		printYAML(w, before, err)
 		after, err := YAML(f.After, fmt.Sprintf("seed %d, state after update %d: write it over FILE while kpng runs", f.Seed, f.Step))
 		printYAML(w, after, err)
 		return
 	}
 	y, err := YAML(f.After, fmt.Sprintf("seed %d, shrunk%s", f.Seed, gates),
-		"kpng file --input FILE to-file --node-name "+node+" --output -")
+		"kpng file --input FILE to-file --node-name "+node+gateFlag+" --output -")
 	printYAML(w, y, err)
 }
 

@@ -14,6 +14,7 @@ import (
 func init() {
 	flag.Func("mutation", "plant one of brain's decision bugs: "+strings.Join(brain.Mutations, ", "), func(s string) error {
 		brain.Mutation = s
+		rerunBuild, rerunFlags = "-tags kpngmutation ", "-mutation "+s+" "
 		return nil
 	})
 }
