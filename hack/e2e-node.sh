@@ -205,12 +205,12 @@ build_images() {
 	image_names
 	local img="${cache}/images" s=${SECONDS} tmp
 	mkdir -p "${img}"
-	tmp="$(mktemp -d)"
+	tmp="$(mktemp -d "${img}/.build.XXXXXX")"
 	# pause: the sandbox image, one static binary.
-	"${bin}/mkimage" --output "${img}/pause.tar" --name "${pause_image}" \
+	"${bin}/mkimage" --output "${tmp}/pause.tar" --name "${pause_image}" \
 		--entrypoint /pause "${bin}/pause=/pause"
 	coredns_image="kpng.local/coredns:${COREDNS_VERSION}"
-	"${bin}/mkimage" --output "${img}/coredns.tar" --name "${coredns_image}" \
+	"${bin}/mkimage" --output "${tmp}/coredns.tar" --name "${coredns_image}" \
 		--entrypoint /coredns "${bin}/coredns=/coredns"
 	# agnhost: the binary, plus the shell tools the tests exec in it (the
 	# upstream image is Alpine with curl, nc, ip...), from Debian packages,
@@ -221,17 +221,22 @@ build_images() {
 			netcat-openbsd iproute2 iputils-ping dnsutils conntrack iptables nftables
 		go -C "${root}/hack/image" run . --kpng "${bin}/agnhost" --debs "${tmp}/debs" --name kpng.local/agnhost-base \
 			--version v0 --epoch 0 --output "${tmp}/agnhost-base.tar" >&2
-		"${bin}/mkimage" --output "${img}/agnhost.tar" "${agnhost_names[@]}" --base "${tmp}/agnhost-base.tar" \
+		"${bin}/mkimage" --output "${tmp}/agnhost.tar" "${agnhost_names[@]}" --base "${tmp}/agnhost-base.tar" \
 			--entrypoint /agnhost "${bin}/agnhost=/agnhost"
+		mv -f "${tmp}/agnhost.tar" "${img}/agnhost.tar"
 		sha256sum <"${bin}/agnhost" >"${img}/agnhost.stamp"
 	fi
 	# kpng's own image, as a user builds it, and kube-proxy's on top of it
 	# (its iptables, nft and conntrack), kubeadm's name for it.
-	kpng_image="$("${root}/hack/image.sh" --output "${img}/kpng.tar" | awk '/^kpng.local\/kpng:/ {print $1}')"
+	kpng_image="$("${root}/hack/image.sh" --output "${tmp}/kpng.tar" | awk '/^kpng.local\/kpng:/ {print $1}')"
 	[[ -n ${kpng_image} ]] || die "hack/image.sh printed no image name"
 	kube_proxy_image="kpng.local/kube-proxy:${K8S_VERSION}"
-	"${bin}/mkimage" --output "${img}/kube-proxy.tar" --name "${kube_proxy_image}" --base "${img}/kpng.tar" \
+	"${bin}/mkimage" --output "${tmp}/kube-proxy.tar" --name "${kube_proxy_image}" --base "${tmp}/kpng.tar" \
 		--entrypoint /usr/local/bin/kube-proxy "${root}/.cache/bin/kube-proxy=/usr/local/bin/kube-proxy"
+	# Renamed into place, so that a run importing them meanwhile reads
+	# whole files.
+	local t
+	for t in pause coredns kpng kube-proxy; do mv -f "${tmp}/${t}.tar" "${img}/${t}.tar"; done
 	rm -rf "${tmp}"
 	log "images built in $((SECONDS - s))s: ${pause_image} ${agnhost_image} ${kpng_image} ${kube_proxy_image}"
 }
