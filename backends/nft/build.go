@@ -42,10 +42,13 @@ func (f family) has(addr netip.Addr) bool {
 // rebuilds every part (a rare event: the node's addresses or pod CIDRs).
 type env struct {
 	family
-	masqueradeMark string // "0x004000"
-	masqueradeRule string // "mark set mark or 0x004000"
+	masqueradeBits uint32 // the mark that asks for masquerading
+	masqueradeMark string // "0x00004000"
+	masqueradeRule string // "mark set mark or 0x00004000"
 	masqueradeAll  bool
-	// Local-traffic detection; nil when not implemented for this family.
+	// local is how to tell local traffic; ifLocal and ifNotLocal are its
+	// matches, nil when it cannot be told in this family.
+	local               host.LocalTraffic
 	ifLocal, ifNotLocal []string
 	// nodeIP is the node's primary address in this family (may be invalid).
 	nodeIP netip.Addr
@@ -207,7 +210,6 @@ func servicePart(e *env, se *localv1.ServiceEndpoints) *part {
 	affinity := svc.ClientIpAffinitySeconds > 0
 	internalLocal := svc.InternalTrafficPolicy == localv1.TrafficPolicy_LOCAL
 	externalLocal := svc.ExternalTrafficPolicy == localv1.TrafficPolicy_LOCAL
-	ipX := e.ipX
 
 	for _, port := range svc.Ports {
 		proto := protoName(port.Protocol)
@@ -251,8 +253,8 @@ func servicePart(e *env, se *localv1.ServiceEndpoints) *part {
 					flags:   []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
 					timeout: time.Duration(svc.ClientIpAffinitySeconds) * time.Second, dynamic: true})
 				p.chains = append(p.chains, (&chain{name: x.chain, rules: []rule{
-					{text: knftables.Concat("update", "@"+x.set, "{", ipX, "saddr }")},
-					{text: knftables.Concat("meta l4proto", proto, "dnat to", netip.AddrPortFrom(ip, uint16(ep.Port)).String())},
+					typed(updateSaddr{e.family, x.set}, ""),
+					typed(dnatTo{proto, netip.AddrPortFrom(ip, uint16(ep.Port))}, ""),
 				}}).seal())
 			}
 		}
@@ -330,22 +332,22 @@ func servicePart(e *env, se *localv1.ServiceEndpoints) *part {
 			if !externalLocal {
 				// The endpoint may be on another node: masquerade so that
 				// the reply comes back through this one.
-				c.rules = append(c.rules, rule{text: e.masqueradeRule, comment: "masquerade"})
+				c.rules = append(c.rules, typed(setMark{false, e.masqueradeBits}, "masquerade"))
 			} else {
-				if e.ifLocal != nil && hasClusterChain {
+				if e.local.Detected() && hasClusterChain {
 					// A pod reaching an external address of the service
 					// behaves as if it went out and came back: no policy.
-					c.rules = append(c.rules, rule{text: knftables.Concat(e.ifLocal, "goto", clusterChain), comment: "short-circuit pod traffic"})
+					c.rules = append(c.rules, typed(localGoto{e.family, e.local, clusterChain}, "short-circuit pod traffic"))
 				}
 				// The node itself: its source would be the local VIP, so
 				// masquerade, and do not apply the Local policy.
-				c.rules = append(c.rules, rule{text: knftables.Concat("fib saddr type local", e.masqueradeRule), comment: "masquerade local traffic"})
+				c.rules = append(c.rules, typed(setMark{true, e.masqueradeBits}, "masquerade local traffic"))
 				if hasClusterChain {
-					c.rules = append(c.rules, rule{text: knftables.Concat("fib saddr type local goto", clusterChain), comment: "short-circuit local traffic"})
+					c.rules = append(c.rules, typed(gotoChain{true, clusterChain}, "short-circuit local traffic"))
 				}
 			}
 			if hasExternal {
-				c.rules = append(c.rules, rule{text: "goto " + externalPolicyChain})
+				c.rules = append(c.rules, typed(gotoChain{false, externalPolicyChain}, ""))
 			}
 			p.chains = append(p.chains, c.seal())
 		}
@@ -366,7 +368,7 @@ func servicePart(e *env, se *localv1.ServiceEndpoints) *part {
 				}
 			}
 			p.chains = append(p.chains, (&chain{name: fwChain, rules: []rule{
-				{text: knftables.Concat(ipX, "saddr != {", strings.Join(sources, ", "), "} drop")},
+				typed(sourceRangesDrop{e.family, sources}, ""),
 			}}).seal())
 		}
 	}
@@ -430,7 +432,6 @@ func endpointSlot(i, n int) string {
 // and what it uses to p.
 func policyChain(e *env, p *part, name, proto string, eps []*endpoint, affinity bool) {
 	c := &chain{name: name}
-	var elems []string
 	switch {
 	case !affinity && len(eps) <= endpointSlots:
 		m := endpointMapName(name)
@@ -440,27 +441,22 @@ func policyChain(e *env, p *part, name, proto string, eps []*endpoint, affinity 
 			p.elems = append(p.elems, elem{elemID: elemID{m, endpointSlot(i, len(eps))}, isMap: true,
 				value: joinKey(ep.ip.String(), itoa(int64(ep.port)))})
 		}
-		c.rules = append(c.rules, rule{text: knftables.Concat("meta l4proto", proto,
-			"dnat", e.ipX, "to numgen random mod", endpointSlots, "map", "@"+m)})
-		p.chains = append(p.chains, c.seal())
-		return
+		c.rules = append(c.rules, typed(endpointMapDNAT{e.family, proto, m}, ""))
 	case !affinity:
 		// More endpoints than slots: a constant map of them all.
+		targets := make([]netip.AddrPort, len(eps))
 		for i, ep := range eps {
-			elems = append(elems, knftables.Concat(i, ":", ep.ip.String(), ".", ep.port))
+			targets[i] = netip.AddrPortFrom(ep.ip, uint16(ep.port))
 		}
-		c.rules = append(c.rules, rule{text: knftables.Concat("meta l4proto", proto,
-			"dnat", e.ipX, "addr . port to numgen random mod", len(eps), "map {", strings.Join(elems, ", "), "}")})
-		p.chains = append(p.chains, c.seal())
-		return
+		c.rules = append(c.rules, typed(dnatMap{e.family, proto, targets}, ""))
+	default:
+		chains := make([]string, len(eps))
+		for i, ep := range eps {
+			c.rules = append(c.rules, typed(saddrSetGoto{e.family, ep.set, ep.chain}, ""))
+			chains[i] = ep.chain
+		}
+		c.rules = append(c.rules, typed(vmapGoto{chains}, ""))
 	}
-	for i, ep := range eps {
-		c.rules = append(c.rules, rule{text: knftables.Concat(e.ipX, "saddr", "@"+ep.set, "goto", ep.chain)})
-		// (" , ": a chain name followed by a comma reads as a different name
-		// to knftables' fake.)
-		elems = append(elems, knftables.Concat(i, ": goto", ep.chain))
-	}
-	c.rules = append(c.rules, rule{text: knftables.Concat("numgen random mod", len(eps), "vmap {", strings.Join(elems, " , "), "}")})
 	p.chains = append(p.chains, c.seal())
 }
 

@@ -188,7 +188,7 @@ func (b *batch) op(o op) error {
 		if o.verb != opAdd || obj.Index != nil || obj.Handle != nil {
 			return cannot("rule operation other than add")
 		}
-		return b.rule(obj)
+		return b.rule(obj, o.rule)
 	case *knftables.Set:
 		return b.setOrMap(o.verb, obj.Name, func() error { return b.affinitySet(obj) })
 	case *knftables.Map:

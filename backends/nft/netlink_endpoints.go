@@ -4,12 +4,10 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"net/netip"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
-	"github.com/google/nftables/expr"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
@@ -47,10 +45,6 @@ func mustHex(s string) []byte {
 	}
 	return b
 }
-
-// reEndpointMapRule is the rule of a policy chain: "meta l4proto tcp dnat
-// ip to numgen random mod 65536 map @service-X".
-var reEndpointMapRule = regexp.MustCompile(`^meta l4proto (tcp|udp|sctp) dnat (ip6?) to numgen random mod ` + strconv.Itoa(endpointSlots) + ` map @(\S+)$`)
 
 // endpointMap creates an endpoint map.
 func (b *batch) endpointMap(m *knftables.Map) error {
@@ -139,27 +133,4 @@ func parseSlots(s string) (lo, hi uint32, err error) {
 		return 0, 0, strconv.ErrRange
 	}
 	return uint32(lo64), uint32(hi64), nil
-}
-
-// endpointMapRule is the expressions of reEndpointMapRule's match m: the
-// random slot, in network byte order (the map's intervals compare bytes),
-// looked up for the address and port to DNAT to.
-func (b *batch) endpointMapRule(m []string) ([]expr.Any, error) {
-	f := b.fam
-	if m[2] != f.ipX || !validName(m[3]) {
-		return nil, cannot("endpoint map rule for %s %s", m[2], m[3])
-	}
-	proto, _ := protoNumber(m[1])
-	protoReg := uint32(reg32_01)
-	if f.model == ipv6.model {
-		protoReg = reg2
-	}
-	return []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{proto}},
-		&expr.Numgen{Register: reg1, Modulus: endpointSlots, Type: unix.NFT_NG_RANDOM},
-		&expr.Byteorder{SourceRegister: reg1, DestRegister: reg1, Op: expr.ByteorderHton, Len: 4, Size: 4},
-		&expr.Lookup{SourceRegister: reg1, DestRegister: reg1, IsDestRegSet: true, SetName: m[3], SetID: b.newIDs[m[3]]},
-		&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(f.nfproto()), RegAddrMin: reg1, RegProtoMin: protoReg},
-	}, nil
 }

@@ -3,9 +3,7 @@ package nft
 import (
 	"encoding/binary"
 	"net/netip"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/google/nftables/expr"
@@ -14,38 +12,18 @@ import (
 	"sigs.k8s.io/knftables"
 )
 
-// The rules of service and endpoint chains (build.go writes them as text
-// for nft) and the expressions nft compiles them into, as nft 1.0.6 does
-// (`nft --debug=netlink` shows them). Any other rule, such as the fixed
-// ruleset's, is untranslatable: its transaction goes through nft.
-var (
-	// meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.0.1.5 . 8080, 1 : ... }
-	reDNATMap = regexp.MustCompile(`^meta l4proto (tcp|udp|sctp) dnat (ip6?) addr \. port to numgen random mod ([0-9]+) map \{ (.+) \}$`)
-	reMapElem = regexp.MustCompile(`^([0-9]+) : ([0-9a-f.:]+) \. ([0-9]+)$`)
-	// numgen random mod 2 vmap { 0 : goto X , 1 : goto Y }
-	reVmap     = regexp.MustCompile(`^numgen random mod ([0-9]+) vmap \{ (.+) \}$`)
-	reVmapElem = regexp.MustCompile(`^([0-9]+) : goto (\S+)$`)
-	// ip saddr @affinity-X goto endpoint-X
-	reSaddrSet = regexp.MustCompile(`^(ip6?) saddr @(\S+) goto (\S+)$`)
-	// update @affinity-X { ip saddr }
-	reUpdate = regexp.MustCompile(`^update @(\S+) \{ (ip6?) saddr \}$`)
-	// meta l4proto tcp dnat to 10.0.2.8:80
-	reDNAT = regexp.MustCompile(`^meta l4proto (tcp|udp|sctp) dnat to (\S+)$`)
-	// [fib saddr type local ]mark set mark or 0x004000
-	reMark = regexp.MustCompile(`^(fib saddr type local )?mark set mark or (0x[0-9a-f]{1,8})$`)
-	// ip saddr 10.0.0.0/16 goto X
-	reSaddrPrefix = regexp.MustCompile(`^(ip6?) saddr ([0-9a-f.:]+/[0-9]+) goto (\S+)$`)
-	// iifname cbr0 goto X; iifname veth* goto X
-	reIifname = regexp.MustCompile(`^iifname ([A-Za-z0-9_.@-]{1,15})(\*?) goto (\S+)$`)
-	// [fib saddr type local ]goto X
-	reGoto = regexp.MustCompile(`^(fib saddr type local )?goto (\S+)$`)
-	// ip saddr != { 192.168.0.0/24, 203.0.113.7 } drop
-	reSourceRanges = regexp.MustCompile(`^(ip6?) saddr != \{ (.+) \} drop$`)
-)
+// The netlink messages of rules (see rulespec.go for their expressions)
+// and of the anonymous sets and maps they use. A rule without a typed form,
+// such as the fixed ruleset's, is untranslatable: its transaction goes
+// through nft.
 
-// rule appends the messages of one "add rule".
-func (b *batch) rule(r *knftables.Rule) error {
-	exprs, err := b.ruleExprs(r.Rule)
+// rule appends the messages of one "add rule" of the typed rule spec (nil:
+// a rule with no typed form, which only nft writes).
+func (b *batch) rule(r *knftables.Rule, spec ruleSpec) error {
+	if spec == nil {
+		return cannot("rule %q has no typed form", r.Rule)
+	}
+	exprs, err := spec.exprs(b)
 	if err != nil {
 		return err
 	}
@@ -77,125 +55,6 @@ func (b *batch) rule(r *knftables.Rule) error {
 		}
 	})
 	return nil
-}
-
-// ruleExprs translates a rule's text; an anonymous map it uses is appended
-// to the batch first.
-func (b *batch) ruleExprs(text string) ([]expr.Any, error) {
-	f := b.fam
-	if m := reEndpointMapRule.FindStringSubmatch(text); m != nil {
-		return b.endpointMapRule(m)
-	}
-	if m := reDNATMap.FindStringSubmatch(text); m != nil && m[2] == f.ipX {
-		n, elems, err := modElems(m[3], m[4], ", ", reMapElem)
-		if err != nil {
-			return nil, err
-		}
-		name, id, err := b.dnatMap(elems)
-		if err != nil {
-			return nil, err
-		}
-		proto, _ := protoNumber(m[1])
-		protoReg := uint32(reg32_01)
-		if f.model == ipv6.model {
-			protoReg = reg2
-		}
-		return []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{proto}},
-			&expr.Numgen{Register: reg1, Modulus: n, Type: unix.NFT_NG_RANDOM},
-			&expr.Lookup{SourceRegister: reg1, DestRegister: reg1, IsDestRegSet: true, SetName: name, SetID: id},
-			&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(f.nfproto()), RegAddrMin: reg1, RegProtoMin: protoReg},
-		}, nil
-	}
-	if m := reVmap.FindStringSubmatch(text); m != nil {
-		n, elems, err := modElems(m[1], m[2], " , ", reVmapElem)
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range elems {
-			if !validName(e[2]) {
-				return nil, cannot("chain name %q", e[2])
-			}
-		}
-		name, id := b.vmap(elems)
-		return []expr.Any{
-			&expr.Numgen{Register: reg1, Modulus: n, Type: unix.NFT_NG_RANDOM},
-			&expr.Lookup{SourceRegister: reg1, DestRegister: 0, IsDestRegSet: true, SetName: name, SetID: id},
-		}, nil
-	}
-	if m := reSaddrSet.FindStringSubmatch(text); m != nil && m[1] == f.ipX && validName(m[2]) && validName(m[3]) {
-		return []expr.Any{
-			f.saddr(f.addrLen()),
-			&expr.Lookup{SourceRegister: reg1, SetName: m[2], SetID: b.newIDs[m[2]]},
-			&expr.Verdict{Kind: expr.VerdictGoto, Chain: m[3]},
-		}, nil
-	}
-	if m := reUpdate.FindStringSubmatch(text); m != nil && m[2] == f.ipX && validName(m[1]) {
-		return []expr.Any{
-			f.saddr(f.addrLen()),
-			&expr.Dynset{SrcRegKey: reg1, Operation: unix.NFT_DYNSET_OP_UPDATE, SetName: m[1], SetID: b.newIDs[m[1]]},
-		}, nil
-	}
-	if m := reDNAT.FindStringSubmatch(text); m != nil {
-		ap, err := netip.ParseAddrPort(m[2])
-		if err != nil || !f.has(ap.Addr()) || ap.Addr().Is4In6() || ap.Addr().Zone() != "" {
-			return nil, cannot("dnat to %q", m[2])
-		}
-		proto, _ := protoNumber(m[1])
-		return []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{proto}},
-			&expr.Immediate{Register: reg1, Data: ap.Addr().AsSlice()},
-			&expr.Immediate{Register: reg2, Data: binary.BigEndian.AppendUint16(nil, ap.Port())},
-			&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(f.nfproto()), RegAddrMin: reg1, RegProtoMin: reg2, Specified: true},
-		}, nil
-	}
-	if m := reMark.FindStringSubmatch(text); m != nil {
-		bits, err := strconv.ParseUint(m[2], 0, 32)
-		if err != nil {
-			return nil, cannot("mark %q", m[2])
-		}
-		var out []expr.Any
-		if m[1] != "" {
-			out = fibLocal()
-		}
-		return append(out,
-			&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
-			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
-				Mask: binary.NativeEndian.AppendUint32(nil, ^uint32(bits)), Xor: binary.NativeEndian.AppendUint32(nil, uint32(bits))},
-			&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1},
-		), nil
-	}
-	if m := reSaddrPrefix.FindStringSubmatch(text); m != nil && m[1] == f.ipX && validName(m[3]) {
-		p, err := netip.ParsePrefix(m[2])
-		if err != nil || !f.has(p.Addr()) || p.Addr().Is4In6() || p != p.Masked() {
-			return nil, cannot("prefix %q", m[2])
-		}
-		return append(f.saddrPrefix(p), &expr.Verdict{Kind: expr.VerdictGoto, Chain: m[3]}), nil
-	}
-	if m := reIifname.FindStringSubmatch(text); m != nil && validName(m[3]) {
-		name := []byte(m[1])
-		if m[2] == "" {
-			name = append(name, make([]byte, unix.IFNAMSIZ-len(name))...)
-		}
-		return []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: name},
-			&expr.Verdict{Kind: expr.VerdictGoto, Chain: m[3]},
-		}, nil
-	}
-	if m := reGoto.FindStringSubmatch(text); m != nil && validName(m[2]) {
-		var out []expr.Any
-		if m[1] != "" {
-			out = fibLocal()
-		}
-		return append(out, &expr.Verdict{Kind: expr.VerdictGoto, Chain: m[2]}), nil
-	}
-	if m := reSourceRanges.FindStringSubmatch(text); m != nil && m[1] == f.ipX {
-		return b.sourceRanges(strings.Split(m[2], ", "))
-	}
-	return nil, cannot("rule %q", text)
 }
 
 // anonElems adds the elements fill encodes to the anonymous set (or map)
@@ -381,25 +240,6 @@ func (f family) saddrPrefix(p netip.Prefix) []expr.Any {
 	}
 }
 
-// modElems checks "numgen random mod N" against its N elements "0 : ...",
-// "1 : ...", in order, and returns each element's submatches.
-func modElems(mod, list, sep string, re *regexp.Regexp) (uint32, [][]string, error) {
-	n, err := strconv.ParseUint(mod, 10, 32)
-	parts := strings.Split(list, sep)
-	if err != nil || n == 0 || uint64(len(parts)) != n {
-		return 0, nil, cannot("numgen mod %s with %d elements", mod, len(parts))
-	}
-	out := make([][]string, len(parts))
-	for i, s := range parts {
-		m := re.FindStringSubmatch(s)
-		if m == nil || m[1] != strconv.Itoa(i) {
-			return 0, nil, cannot("map element %q", s)
-		}
-		out[i] = m
-	}
-	return uint32(n), out, nil
-}
-
 // anonMap appends an anonymous constant map keyed by numgen (a host-endian
 // u32) and its elements; it returns the map's name and ID in the batch.
 // (Elements are numbered from 1, as libnftnl does; the kernel ignores it.)
@@ -431,20 +271,17 @@ func (b *batch) anonMap(dataType, dataLen uint32, udata []byte, n int, elems fun
 	return name, id
 }
 
-// dnatMap is the map of "dnat ... to numgen random mod N map { i : addr . port }".
-func (b *batch) dnatMap(elems [][]string) (string, uint32, error) {
+// dnatMap is the anonymous map of dnatMap's rule: slot i to targets[i].
+func (b *batch) dnatMap(targets []netip.AddrPort) (string, uint32, error) {
 	f := b.fam
-	type target struct{ data []byte }
-	targets := make([]target, len(elems))
-	for i, m := range elems {
-		a, err := netip.ParseAddr(m[2])
-		port, perr := strconv.ParseUint(m[3], 10, 16)
-		if err != nil || perr != nil || !f.has(a) || a.Is4In6() || a.Zone() != "" {
-			return "", 0, cannot("map element %q", m[0])
+	data := make([][]byte, len(targets))
+	for i, t := range targets {
+		a := t.Addr()
+		if !f.has(a) || a.Is4In6() || a.Zone() != "" {
+			return "", 0, cannot("map element %q", t)
 		}
-		d := a.AsSlice()
-		d = binary.BigEndian.AppendUint16(d, uint16(port))
-		targets[i] = target{append(d, 0, 0)}
+		d := binary.BigEndian.AppendUint16(a.AsSlice(), t.Port())
+		data[i] = append(d, 0, 0)
 	}
 	dataType := uint32(typeIPv4Addr<<6 | typeInetService)
 	if f.model == ipv6.model {
@@ -453,10 +290,10 @@ func (b *batch) dnatMap(elems [][]string) (string, uint32, error) {
 	udata := udataU32(nil, udataSetKeyByteorder, byteorderHost)
 	udata = udataU32(udata, udataSetDataByteorder, byteorderInvalid)
 	udata = udataU32(udata, udataSetDataInterval, 0)
-	name, id := b.anonMap(dataType, uint32(f.addrLen()+4), udata, len(targets), func(ae *netlink.AttributeEncoder) {
-		for i, t := range targets {
+	name, id := b.anonMap(dataType, uint32(f.addrLen()+4), udata, len(data), func(ae *netlink.AttributeEncoder) {
+		for i, d := range data {
 			ae.Nested(uint16(i+1), func(ae *netlink.AttributeEncoder) error {
-				encodeElem(ae, binary.NativeEndian.AppendUint32(nil, uint32(i)), nil, t.data)
+				encodeElem(ae, binary.NativeEndian.AppendUint32(nil, uint32(i)), nil, d)
 				return nil
 			})
 		}
@@ -464,8 +301,9 @@ func (b *batch) dnatMap(elems [][]string) (string, uint32, error) {
 	return name, id, nil
 }
 
-// vmap is the map of "numgen random mod N vmap { i : goto CHAIN }".
-func (b *batch) vmap(elems [][]string) (string, uint32) {
+// vmap is the anonymous map of vmapGoto's rule: slot i to "goto
+// chains[i]".
+func (b *batch) vmap(chains []string) (string, uint32) {
 	udata := udataU32(nil, udataSetKeyByteorder, byteorderHost)
 	udata = udataU32(udata, udataSetDataByteorder, byteorderInvalid)
 	// The value's "typeof": a verdict expression (nft's own encoding).
@@ -473,10 +311,10 @@ func (b *batch) vmap(elems [][]string) (string, uint32) {
 	udata = append(udata, udataSetDataTypeof, byte(len(typeOf)+2))
 	udata = append(append(udata, typeOf...), 1, 0)
 	udata = udataU32(udata, udataSetDataInterval, 0)
-	return b.anonMap(typeVerdict, 0, udata, len(elems), func(ae *netlink.AttributeEncoder) {
-		for i, m := range elems {
+	return b.anonMap(typeVerdict, 0, udata, len(chains), func(ae *netlink.AttributeEncoder) {
+		for i, c := range chains {
 			ae.Nested(uint16(i+1), func(ae *netlink.AttributeEncoder) error {
-				encodeElem(ae, binary.NativeEndian.AppendUint32(nil, uint32(i)), &expr.Verdict{Kind: expr.VerdictGoto, Chain: m[2]}, nil)
+				encodeElem(ae, binary.NativeEndian.AppendUint32(nil, uint32(i)), &expr.Verdict{Kind: expr.VerdictGoto, Chain: c}, nil)
 				return nil
 			})
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"syscall"
 	"testing"
@@ -140,18 +141,16 @@ func TestNetlinkRuleShapes(t *testing.T) {
 		mode.cfg(&cfg)
 		f := newFixture(t, cfg)
 		f.set(richServices()...)
-		for _, fake := range []*knftables.Fake{f.fake4, f.fake6} {
-			fam := ipv4
-			if fake == f.fake6 {
-				fam = ipv6
-			}
-			for name, c := range fake.Table.Chains {
-				for _, r := range c.Rules {
-					b := &batch{fam: fam, table: "kpng", newIDs: map[string]uint32{}, anonName: func() string { return "__map-test" }}
-					_, err := b.ruleExprs(r.Rule)
-					want := isServiceChain(name)
-					if (err == nil) != want {
-						t.Errorf("%s: %s: chain %s: rule %q: translated %v, want %v (%v)", mode.name, fam, name, r.Rule, err == nil, want, err)
+		for _, tb := range f.b.tables {
+			for _, pt := range tb.parts {
+				for _, c := range pt.chains {
+					for _, r := range c.rules {
+						b := &batch{fam: tb.fam, table: "kpng", newIDs: map[string]uint32{}, anonName: func() string { return "__map-test" }}
+						err := b.rule(&knftables.Rule{Chain: c.name, Rule: r.text}, r.spec)
+						want := isServiceChain(c.name)
+						if (err == nil) != want {
+							t.Errorf("%s: %s: chain %s: rule %q: translated %v, want %v (%v)", mode.name, tb.fam, c.name, r.text, err == nil, want, err)
+						}
 					}
 				}
 			}
@@ -162,41 +161,62 @@ func TestNetlinkRuleShapes(t *testing.T) {
 // TestNetlinkExpressions: the expressions of each rule shape, as
 // `nft --debug=netlink` (nft 1.0.6) shows what it compiles them into.
 func TestNetlinkExpressions(t *testing.T) {
+	ap, pfx := netip.MustParseAddrPort, netip.MustParsePrefix
 	for _, tc := range []struct {
 		fam  family
-		rule string
+		rule ruleSpec
+		text string // the rule as nft reads it, rendered from the same value
 		want string
 	}{
-		{ipv4, "meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.0.1.5 . 8080, 1 : 10.0.2.5 . 8080 }",
+		{ipv4, endpointMapDNAT{ipv4, "tcp", "ep-x"}, "meta l4proto tcp dnat ip to numgen random mod 65536 map @ep-x",
+			"meta l4proto reg 1; cmp eq reg 1 06; numgen reg 1 random mod 65536; byteorder reg 1 = hton(reg 1, 4, 4); lookup reg 1 set ep-x dreg 1; nat dnat fam 2 addr reg 1 proto reg 9 flags 0"},
+		{ipv6, endpointMapDNAT{ipv6, "udp", "ep-x"}, "meta l4proto udp dnat ip6 to numgen random mod 65536 map @ep-x",
+			"meta l4proto reg 1; cmp eq reg 1 11; numgen reg 1 random mod 65536; byteorder reg 1 = hton(reg 1, 4, 4); lookup reg 1 set ep-x dreg 1; nat dnat fam 10 addr reg 1 proto reg 2 flags 0"},
+		{ipv4, dnatMap{ipv4, "tcp", []netip.AddrPort{ap("10.0.1.5:8080"), ap("10.0.2.5:8080")}},
+			"meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.0.1.5 . 8080, 1 : 10.0.2.5 . 8080 }",
 			"meta l4proto reg 1; cmp eq reg 1 06; numgen reg 1 random mod 2; lookup reg 1 set __map-test dreg 1; nat dnat fam 2 addr reg 1 proto reg 9 flags 0"},
-		{ipv6, "meta l4proto udp dnat ip6 addr . port to numgen random mod 1 map { 0 : fd01::5 . 53 }",
+		{ipv6, dnatMap{ipv6, "udp", []netip.AddrPort{ap("[fd01::5]:53")}}, "meta l4proto udp dnat ip6 addr . port to numgen random mod 1 map { 0 : fd01::5 . 53 }",
 			"meta l4proto reg 1; cmp eq reg 1 11; numgen reg 1 random mod 1; lookup reg 1 set __map-test dreg 1; nat dnat fam 10 addr reg 1 proto reg 2 flags 0"},
-		{ipv4, "numgen random mod 2 vmap { 0 : goto endpoint-a , 1 : goto endpoint-b }",
+		{ipv4, vmapGoto{[]string{"endpoint-a", "endpoint-b"}}, "numgen random mod 2 vmap { 0 : goto endpoint-a , 1 : goto endpoint-b }",
 			"numgen reg 1 random mod 2; lookup reg 1 set __map-test dreg 0"},
-		{ipv4, "ip saddr @affinity-a goto endpoint-a", "payload load 4b @ network + 12 => reg 1; lookup reg 1 set affinity-a; goto endpoint-a"},
-		{ipv6, "update @affinity-a { ip6 saddr }", "payload load 16b @ network + 8 => reg 1; dynset update reg 1 set affinity-a"},
-		{ipv4, "meta l4proto tcp dnat to 10.0.2.8:80", "meta l4proto reg 1; cmp eq reg 1 06; immediate reg 1 0a000208; immediate reg 2 0050; nat dnat fam 2 addr reg 1 proto reg 2 flags 2"},
-		{ipv6, "meta l4proto tcp dnat to [fd01:1::5]:8080", "meta l4proto reg 1; cmp eq reg 1 06; immediate reg 1 fd010001000000000000000000000005; immediate reg 2 1f90; nat dnat fam 10 addr reg 1 proto reg 2 flags 2"},
-		{ipv4, "mark set mark or 0x004000", "meta mark reg 1; bitwise reg 1 = (reg 1 & ffbfffff) ^ 00400000; meta set mark reg 1"},
-		{ipv4, "fib saddr type local mark set mark or 0x004000", "fib saddr type => reg 1; cmp eq reg 1 02000000; meta mark reg 1; bitwise reg 1 = (reg 1 & ffbfffff) ^ 00400000; meta set mark reg 1"},
-		{ipv4, "fib saddr type local goto service-a", "fib saddr type => reg 1; cmp eq reg 1 02000000; goto service-a"},
-		{ipv4, "goto service-a", "goto service-a"},
-		{ipv4, "ip saddr 10.0.0.0/16 goto service-a", "payload load 2b @ network + 12 => reg 1; cmp eq reg 1 0a00; goto service-a"},
-		{ipv4, "ip saddr 10.0.0.0/20 goto service-a", "payload load 4b @ network + 12 => reg 1; bitwise reg 1 = (reg 1 & fffff000) ^ 00000000; cmp eq reg 1 0a000000; goto service-a"},
-		{ipv4, "ip saddr 10.1.2.3/32 goto service-a", "payload load 4b @ network + 12 => reg 1; cmp eq reg 1 0a010203; goto service-a"},
-		{ipv6, "ip6 saddr fd01::/48 goto service-a", "payload load 6b @ network + 8 => reg 1; cmp eq reg 1 fd0100000000; goto service-a"},
-		{ipv6, "ip6 saddr fd01::/60 goto service-a", "payload load 16b @ network + 8 => reg 1; bitwise reg 1 = (reg 1 & fffffffffffffff00000000000000000) ^ 00000000000000000000000000000000; cmp eq reg 1 fd010000000000000000000000000000; goto service-a"},
-		{ipv4, "iifname cbr0 goto service-a", "meta iifname reg 1; cmp eq reg 1 63627230000000000000000000000000; goto service-a"},
-		{ipv4, "iifname veth* goto service-a", "meta iifname reg 1; cmp eq reg 1 76657468; goto service-a"},
+		{ipv4, saddrSetGoto{ipv4, "affinity-a", "endpoint-a"}, "ip saddr @affinity-a goto endpoint-a",
+			"payload load 4b @ network + 12 => reg 1; lookup reg 1 set affinity-a; goto endpoint-a"},
+		{ipv6, updateSaddr{ipv6, "affinity-a"}, "update @affinity-a { ip6 saddr }", "payload load 16b @ network + 8 => reg 1; dynset update reg 1 set affinity-a"},
+		{ipv4, dnatTo{"tcp", ap("10.0.2.8:80")}, "meta l4proto tcp dnat to 10.0.2.8:80",
+			"meta l4proto reg 1; cmp eq reg 1 06; immediate reg 1 0a000208; immediate reg 2 0050; nat dnat fam 2 addr reg 1 proto reg 2 flags 2"},
+		{ipv6, dnatTo{"tcp", ap("[fd01:1::5]:8080")}, "meta l4proto tcp dnat to [fd01:1::5]:8080",
+			"meta l4proto reg 1; cmp eq reg 1 06; immediate reg 1 fd010001000000000000000000000005; immediate reg 2 1f90; nat dnat fam 10 addr reg 1 proto reg 2 flags 2"},
+		{ipv4, setMark{false, 0x4000}, "mark set mark or 0x00004000", "meta mark reg 1; bitwise reg 1 = (reg 1 & ffbfffff) ^ 00400000; meta set mark reg 1"},
+		{ipv4, setMark{true, 0x4000}, "fib saddr type local mark set mark or 0x00004000",
+			"fib saddr type => reg 1; cmp eq reg 1 02000000; meta mark reg 1; bitwise reg 1 = (reg 1 & ffbfffff) ^ 00400000; meta set mark reg 1"},
+		{ipv4, gotoChain{true, "service-a"}, "fib saddr type local goto service-a", "fib saddr type => reg 1; cmp eq reg 1 02000000; goto service-a"},
+		{ipv4, gotoChain{false, "service-a"}, "goto service-a", "goto service-a"},
+		{ipv4, localGoto{ipv4, host.LocalTraffic{CIDR: pfx("10.0.0.0/16")}, "service-a"}, "ip saddr 10.0.0.0/16 goto service-a",
+			"payload load 2b @ network + 12 => reg 1; cmp eq reg 1 0a00; goto service-a"},
+		{ipv4, localGoto{ipv4, host.LocalTraffic{CIDR: pfx("10.0.0.0/20")}, "service-a"}, "ip saddr 10.0.0.0/20 goto service-a",
+			"payload load 4b @ network + 12 => reg 1; bitwise reg 1 = (reg 1 & fffff000) ^ 00000000; cmp eq reg 1 0a000000; goto service-a"},
+		{ipv4, localGoto{ipv4, host.LocalTraffic{CIDR: pfx("10.1.2.3/32")}, "service-a"}, "ip saddr 10.1.2.3/32 goto service-a",
+			"payload load 4b @ network + 12 => reg 1; cmp eq reg 1 0a010203; goto service-a"},
+		{ipv6, localGoto{ipv6, host.LocalTraffic{CIDR: pfx("fd01::/48")}, "service-a"}, "ip6 saddr fd01::/48 goto service-a",
+			"payload load 6b @ network + 8 => reg 1; cmp eq reg 1 fd0100000000; goto service-a"},
+		{ipv6, localGoto{ipv6, host.LocalTraffic{CIDR: pfx("fd01::/60")}, "service-a"}, "ip6 saddr fd01::/60 goto service-a",
+			"payload load 16b @ network + 8 => reg 1; bitwise reg 1 = (reg 1 & fffffffffffffff00000000000000000) ^ 00000000000000000000000000000000; cmp eq reg 1 fd010000000000000000000000000000; goto service-a"},
+		{ipv4, localGoto{ipv4, host.LocalTraffic{Interface: "cbr0"}, "service-a"}, "iifname cbr0 goto service-a",
+			"meta iifname reg 1; cmp eq reg 1 63627230000000000000000000000000; goto service-a"},
+		{ipv4, localGoto{ipv4, host.LocalTraffic{InterfacePrefix: "veth"}, "service-a"}, "iifname veth* goto service-a",
+			"meta iifname reg 1; cmp eq reg 1 76657468; goto service-a"},
 	} {
+		if got := tc.rule.text(); got != tc.text {
+			t.Errorf("%#v: text %q, want %q", tc.rule, got, tc.text)
+		}
 		b := &batch{fam: tc.fam, table: "kpng", newIDs: map[string]uint32{}, anonName: func() string { return "__map-test" }}
-		exprs, err := b.ruleExprs(tc.rule)
+		exprs, err := tc.rule.exprs(b)
 		if err != nil {
-			t.Errorf("%q: %v", tc.rule, err)
+			t.Errorf("%q: %v", tc.text, err)
 			continue
 		}
 		if got := describe(exprs); got != tc.want {
-			t.Errorf("%q:\n got %s\nwant %s", tc.rule, got, tc.want)
+			t.Errorf("%q:\n got %s\nwant %s", tc.text, got, tc.want)
 		}
 	}
 }
@@ -242,6 +262,8 @@ func describe(exprs []expr.Any) string {
 			out = append(out, fmt.Sprintf("bitwise reg %d = (reg %d & %x) ^ %x", x.DestRegister, x.SourceRegister, x.Mask, x.Xor))
 		case *expr.Fib:
 			out = append(out, fmt.Sprintf("fib saddr type => reg %d", x.Register))
+		case *expr.Byteorder:
+			out = append(out, fmt.Sprintf("byteorder reg %d = hton(reg %d, %d, %d)", x.DestRegister, x.SourceRegister, x.Size, x.Len))
 		default:
 			out = append(out, fmt.Sprintf("%T", e))
 		}
@@ -261,7 +283,7 @@ func TestNetlinkSetMessages(t *testing.T) {
 		want map[uint16][]byte // NFTA_SET_* of the NEWSET message
 	}{
 		{"dnat map, IPv4", ipv4, func(b *batch) error {
-			_, err := b.ruleExprs("meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.0.1.5 . 8080, 1 : 10.0.2.5 . 8080 }")
+			_, err := dnatMap{ipv4, "tcp", []netip.AddrPort{netip.MustParseAddrPort("10.0.1.5:8080"), netip.MustParseAddrPort("10.0.2.5:8080")}}.exprs(b)
 			return err
 		}, map[uint16][]byte{
 			unix.NFTA_SET_FLAGS: be32(0xb), unix.NFTA_SET_KEY_TYPE: be32(4), unix.NFTA_SET_KEY_LEN: be32(4),
@@ -269,14 +291,14 @@ func TestNetlinkSetMessages(t *testing.T) {
 			unix.NFTA_SET_USERDATA: append(append(append([]byte{0, 4}, le(nil, 1)...), append([]byte{1, 4}, le(nil, 0)...)...), append([]byte{6, 4}, le(nil, 0)...)...),
 		}},
 		{"dnat map, IPv6", ipv6, func(b *batch) error {
-			_, err := b.ruleExprs("meta l4proto tcp dnat ip6 addr . port to numgen random mod 2 map { 0 : fd01::5 . 8080, 1 : fd01::6 . 8080 }")
+			_, err := dnatMap{ipv6, "tcp", []netip.AddrPort{netip.MustParseAddrPort("[fd01::5]:8080"), netip.MustParseAddrPort("[fd01::6]:8080")}}.exprs(b)
 			return err
 		}, map[uint16][]byte{
 			unix.NFTA_SET_FLAGS: be32(0xb), unix.NFTA_SET_KEY_TYPE: be32(4), unix.NFTA_SET_KEY_LEN: be32(4),
 			unix.NFTA_SET_DATA_TYPE: be32(0x20d), unix.NFTA_SET_DATA_LEN: be32(20),
 		}},
 		{"verdict map", ipv4, func(b *batch) error {
-			_, err := b.ruleExprs("numgen random mod 2 vmap { 0 : goto d , 1 : goto d }")
+			_, err := vmapGoto{[]string{"d", "d"}}.exprs(b)
 			return err
 		}, map[uint16][]byte{
 			unix.NFTA_SET_FLAGS: be32(0xb), unix.NFTA_SET_KEY_TYPE: be32(4), unix.NFTA_SET_KEY_LEN: be32(4),
@@ -285,7 +307,7 @@ func TestNetlinkSetMessages(t *testing.T) {
 				append([]byte{4, 8, 0, 4}, append(le(nil, 1), 1, 0)...)...), append([]byte{6, 4}, le(nil, 0)...)...),
 		}},
 		{"source ranges, IPv4", ipv4, func(b *batch) error {
-			_, err := b.ruleExprs("ip saddr != { 192.168.0.0/24, 203.0.113.0/24, 203.0.113.7 } drop")
+			_, err := sourceRangesDrop{ipv4, []string{"192.168.0.0/24", "203.0.113.0/24", "203.0.113.7"}}.exprs(b)
 			return err
 		}, map[uint16][]byte{
 			unix.NFTA_SET_FLAGS: be32(7), unix.NFTA_SET_KEY_TYPE: be32(7), unix.NFTA_SET_KEY_LEN: be32(4),
@@ -293,7 +315,7 @@ func TestNetlinkSetMessages(t *testing.T) {
 			unix.NFTA_SET_USERDATA: {0, 4, 2, 0, 0, 0, 2, 4, 1, 0, 0, 0, 3, 0x14, 0, 4, 7, 0, 0, 0, 1, 0x0c, 0, 4, 0x0c, 0, 0, 0, 1, 4, 0x0b, 0, 0, 0},
 		}},
 		{"source ranges, IPv6", ipv6, func(b *batch) error {
-			_, err := b.ruleExprs("ip6 saddr != { 2001:db8::/64, 2001:db8:0:2::/64 } drop")
+			_, err := sourceRangesDrop{ipv6, []string{"2001:db8::/64", "2001:db8:0:2::/64"}}.exprs(b)
 			return err
 		}, map[uint16][]byte{
 			unix.NFTA_SET_FLAGS: be32(7), unix.NFTA_SET_KEY_TYPE: be32(8), unix.NFTA_SET_KEY_LEN: be32(16),
@@ -301,7 +323,7 @@ func TestNetlinkSetMessages(t *testing.T) {
 			unix.NFTA_SET_USERDATA: {0, 4, 2, 0, 0, 0, 2, 4, 1, 0, 0, 0, 3, 0x14, 0, 4, 7, 0, 0, 0, 1, 0x0c, 0, 4, 0x0d, 0, 0, 0, 1, 4, 0x08, 0, 0, 0},
 		}},
 		{"affinity set", ipv4, func(b *batch) error {
-			return b.op(op{opAdd, &knftables.Set{Name: "aff", Type: "ipv4_addr",
+			return b.op(op{verb: opAdd, obj: &knftables.Set{Name: "aff", Type: "ipv4_addr",
 				Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}, Timeout: knftables.PtrTo(3 * time.Hour)}})
 		}, map[uint16][]byte{
 			unix.NFTA_SET_NAME: []byte("aff\x00"), unix.NFTA_SET_FLAGS: be32(0x30), unix.NFTA_SET_KEY_TYPE: be32(7), unix.NFTA_SET_KEY_LEN: be32(4),
@@ -329,7 +351,7 @@ func TestNetlinkElementMessage(t *testing.T) {
 	b := &batch{fam: ipv4, table: "t", newIDs: map[string]uint32{}, sets: func(string) *set {
 		return &set{name: "m", isMap: true, typ: "ipv4_addr . inet_proto . inet_service : verdict"}
 	}}
-	if err := b.op(op{opAdd, &knftables.Element{Map: "m", Key: []string{"10.0.0.1", "tcp", "80"}, Value: []string{"goto d"}, Comment: knftables.PtrTo("ns/x:p")}}); err != nil {
+	if err := b.op(op{verb: opAdd, obj: &knftables.Element{Map: "m", Key: []string{"10.0.0.1", "tcp", "80"}, Value: []string{"goto d"}, Comment: knftables.PtrTo("ns/x:p")}}); err != nil {
 		t.Fatal(err)
 	}
 	// Captured from nft 1.0.6: add element ip t m { 10.0.0.1 . tcp . 80 comment "ns/x:p" : goto d }
@@ -351,7 +373,7 @@ func TestNetlinkElementMessage(t *testing.T) {
 // the address after it (an end).
 func TestNetlinkSourceRangeElements(t *testing.T) {
 	b := &batch{fam: ipv4, table: "t", newIDs: map[string]uint32{}, anonName: func() string { return "__map-test" }}
-	if _, err := b.ruleExprs("ip saddr != { 192.168.0.0/24, 203.0.113.0/24, 203.0.113.7 } drop"); err != nil {
+	if _, err := (sourceRangesDrop{ipv4, []string{"192.168.0.0/24", "203.0.113.0/24", "203.0.113.7"}}).exprs(b); err != nil {
 		t.Fatal(err)
 	}
 	got := attrs(t, b.msgs[1].Data[4:])[unix.NFTA_SET_ELEM_LIST_ELEMENTS]
@@ -392,30 +414,33 @@ func attrs(t *testing.T, data []byte) map[uint16][]byte {
 	return out
 }
 
-// FuzzRuleExprs: any rule text either translates into expressions that
-// marshal, or is refused; nothing panics.
-func FuzzRuleExprs(f *testing.F) {
-	for _, s := range []string{
-		"meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.0.1.5 . 8080, 1 : 10.0.2.5 . 8080 }",
-		"numgen random mod 2 vmap { 0 : goto a , 1 : goto b }",
-		"ip saddr @affinity-a goto endpoint-a", "update @affinity-a { ip saddr }",
-		"meta l4proto tcp dnat to 10.0.2.8:80", "mark set mark or 0x004000",
-		"fib saddr type local goto x", "ip saddr 10.0.0.0/9 goto x", "iifname veth* goto x",
-		"ip saddr != { 10.0.0.0/8 } drop",
-	} {
-		f.Add(s, false)
-		f.Add(s, true)
-	}
-	f.Fuzz(func(t *testing.T, text string, v6 bool) {
+// FuzzRuleSpecs: typed rules built from any names, addresses and source
+// ranges either translate into expressions that marshal, or are refused;
+// nothing panics.
+func FuzzRuleSpecs(f *testing.F) {
+	f.Add("service-a", "10.0.2.8:80", "192.168.0.0/24, 203.0.113.7", false)
+	f.Add("veth", "[fd01:1::5]:8080", "2001:db8::/64", true)
+	f.Add("endpoint-a/b", "10.0.0.1:0", "0.0.0.0/0", false)
+	f.Fuzz(func(t *testing.T, name, addrPort, ranges string, v6 bool) {
 		fam := ipv4
 		if v6 {
 			fam = ipv6
 		}
-		b := &batch{fam: fam, table: "t", newIDs: map[string]uint32{}, anonName: func() string { return "__map-x" }}
-		err := b.rule(&knftables.Rule{Chain: "c", Rule: text})
-		var u *untranslatable
-		if err != nil && !errors.As(err, &u) {
-			t.Fatalf("%q: %v", text, err)
+		to, _ := netip.ParseAddrPort(addrPort)
+		cidr, _ := netip.ParsePrefix(ranges)
+		specs := []ruleSpec{
+			endpointMapDNAT{fam, name, name}, dnatMap{fam, "tcp", []netip.AddrPort{to}}, vmapGoto{[]string{name}},
+			saddrSetGoto{fam, name, name}, updateSaddr{fam, name}, dnatTo{"udp", to}, gotoChain{true, name},
+			localGoto{fam, host.LocalTraffic{Interface: name}, "c"}, localGoto{fam, host.LocalTraffic{InterfacePrefix: name}, "c"},
+			localGoto{fam, host.LocalTraffic{CIDR: cidr}, name}, sourceRangesDrop{fam, strings.Split(ranges, ", ")},
+		}
+		for _, spec := range specs {
+			b := &batch{fam: fam, table: "t", newIDs: map[string]uint32{}, anonName: func() string { return "__map-x" }}
+			err := b.rule(&knftables.Rule{Chain: "c", Rule: spec.text()}, spec)
+			var u *untranslatable
+			if err != nil && !errors.As(err, &u) {
+				t.Fatalf("%#v: %v", spec, err)
+			}
 		}
 	})
 }

@@ -15,10 +15,13 @@ import (
 // the state, and compared with what was written before; only differences
 // reach the kernel.
 
-// rule is one rule of a chain.
+// rule is one rule of a chain: its nft text, and for the rules of service
+// and endpoint chains the typed value the text was rendered from, which
+// the netlink path renders into expressions (see rulespec.go).
 type rule struct {
 	text    string
 	comment string
+	spec    ruleSpec
 }
 
 // hook makes a chain a base chain.

@@ -209,8 +209,8 @@ func owner(k backend.ServiceKey) string { return k.Namespace + "/" + k.Name }
 // env computes what the rules of family f depend on besides the services.
 func (b *Backend) env(f family, state *backend.State) *env {
 	c := &b.cfg
-	mark := fmt.Sprintf("%#08x", host.MasqueradeMark(c.MasqueradeBit))
-	e := &env{family: f, masqueradeMark: mark, masqueradeRule: "mark set mark or " + mark, masqueradeAll: c.MasqueradeAll}
+	bits := host.MasqueradeMark(c.MasqueradeBit)
+	e := &env{family: f, masqueradeBits: bits, masqueradeMark: markHex(bits), masqueradeRule: setMark{false, bits}.text(), masqueradeAll: c.MasqueradeAll}
 	var nodeAddrs, podCIDRs []string
 	if state.Node != nil {
 		nodeAddrs, podCIDRs = state.Node.Addresses, state.Node.PodCidrs
@@ -223,17 +223,8 @@ func (b *Backend) env(f family, state *backend.State) *env {
 	}
 
 	is6 := f.model == ipv6.model
-	switch l := host.DetectLocal(&c.Config, is6, podCIDRs); {
-	case l.CIDR.IsValid():
-		e.ifLocal = []string{f.ipX, "saddr", l.CIDR.String()}
-		e.ifNotLocal = []string{f.ipX, "saddr", "!=", l.CIDR.String()}
-	case l.Interface != "":
-		e.ifLocal = []string{"iifname", l.Interface}
-		e.ifNotLocal = []string{"iifname", "!=", l.Interface}
-	case l.InterfacePrefix != "":
-		e.ifLocal = []string{"iifname", l.InterfacePrefix + "*"}
-		e.ifNotLocal = []string{"iifname", "!=", l.InterfacePrefix + "*"}
-	}
+	e.local = host.DetectLocal(&c.Config, is6, podCIDRs)
+	e.ifLocal, e.ifNotLocal = localMatch(f, e.local), notLocalMatch(f, e.local)
 
 	// Node ports: nftables mode never accepts them on loopback addresses.
 	np := c.nodePorts(is6)

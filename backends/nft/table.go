@@ -87,6 +87,8 @@ type plan struct {
 type op struct {
 	verb verb
 	obj  knftables.Object
+	// rule is the typed form of a rule added (nil: none, or not a rule).
+	rule ruleSpec
 }
 
 type verb int
@@ -97,9 +99,21 @@ const (
 	opDelete
 )
 
-func (p *plan) add(o knftables.Object)    { p.tx.Add(o); p.ops = append(p.ops, op{opAdd, o}) }
-func (p *plan) flush(o knftables.Object)  { p.tx.Flush(o); p.ops = append(p.ops, op{opFlush, o}) }
-func (p *plan) delete(o knftables.Object) { p.tx.Delete(o); p.ops = append(p.ops, op{opDelete, o}) }
+func (p *plan) add(o knftables.Object) { p.tx.Add(o); p.ops = append(p.ops, op{verb: opAdd, obj: o}) }
+func (p *plan) flush(o knftables.Object) {
+	p.tx.Flush(o)
+	p.ops = append(p.ops, op{verb: opFlush, obj: o})
+}
+func (p *plan) delete(o knftables.Object) {
+	p.tx.Delete(o)
+	p.ops = append(p.ops, op{verb: opDelete, obj: o})
+}
+
+// addRule adds a rule, with its typed form for the netlink path.
+func (p *plan) addRule(r *knftables.Rule, spec ruleSpec) {
+	p.tx.Add(r)
+	p.ops = append(p.ops, op{verb: opAdd, obj: r, rule: spec})
+}
 
 // build computes the transaction that takes the kernel from the mirror (or,
 // when full, from what snap shows) to the wanted parts.
@@ -319,7 +333,7 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 			if r.comment != "" {
 				rl.Comment = knftables.PtrTo(r.comment)
 			}
-			p.add(rl)
+			p.addRule(rl, r.spec)
 		}
 		p.stats.chainsWritten++
 	}
