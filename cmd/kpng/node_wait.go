@@ -13,8 +13,9 @@ import (
 // kube-proxy 1.36's NodeManager (pkg/proxy/node.go) waits this long for
 // its Node object to exist and have addresses before the proxier starts,
 // polling every second; with detectLocalMode NodeCIDR it then waits up to
-// five more minutes for pod CIDRs, and exits if none came.
-const (
+// five more minutes for pod CIDRs, and exits if none came. (Variables for
+// tests only.)
+var (
 	nodeWaitTimeout    = 30 * time.Second
 	podCIDRWaitTimeout = 5 * time.Minute
 )
