@@ -280,6 +280,15 @@ func (g *gen) slicesFor(svc *corev1.Service) []*discoveryv1.EndpointSlice {
 			out = append(out, g.slice(svc, f))
 		}
 	}
+	if g.chance(0.05) {
+		// An FQDN slice, which proxies ignore.
+		sl := g.slice(svc, corev1.IPv4Protocol)
+		sl.AddressType = discoveryv1.AddressTypeFQDN
+		for i := range sl.Endpoints {
+			sl.Endpoints[i].Addresses = []string{fmt.Sprintf("pod-%d.example.com", i)}
+		}
+		out = append(out, sl)
+	}
 	return out
 }
 
@@ -322,6 +331,10 @@ func (g *gen) cond() *bool { return pick(g, []*bool{nil, ptr.To(true), ptr.To(tr
 func (g *gen) endpoint(family corev1.IPFamily) discoveryv1.Endpoint {
 	e := discoveryv1.Endpoint{
 		Addresses: []string{g.ip(family, "10.244.0.%d", "fd00:10:244::%x", 1+g.r.IntN(24))},
+	}
+	if g.chance(0.05) {
+		// Only the first address counts.
+		e.Addresses = append(e.Addresses, g.ip(family, "10.244.1.%d", "fd00:10:245::%x", 1+g.r.IntN(24)))
 	}
 	switch g.r.IntN(4) {
 	case 0: // ready
