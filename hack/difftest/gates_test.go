@@ -51,3 +51,25 @@ func TestKubeProxyReadsNoOtherGate(t *testing.T) {
 		t.Errorf("kube-proxy's decisions read the gates %v; difftest and the brain know %v", found, decisionGates)
 	}
 }
+
+// TestSamePinnedKubernetes: difftest compares with the kube-proxy that
+// hack/tools builds the test API server (and the e2e kube-proxy) from.
+func TestSamePinnedKubernetes(t *testing.T) {
+	tools, err := os.ReadFile("../tools/go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pin := regexp.MustCompile(`(?m)^\s*(?:require\s+)?k8s\.io/kubernetes (v\S+)`)
+	want := pin.FindStringSubmatch(string(tools))
+	if want == nil {
+		t.Fatal("hack/tools/go.mod pins no k8s.io/kubernetes")
+	}
+	own, err := os.ReadFile("go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := pin.FindStringSubmatch(string(own))
+	if got == nil || got[1] != want[1] {
+		t.Errorf("hack/difftest uses k8s.io/kubernetes %v, hack/tools pins %s: update this module's requires and replaces", got, want[1])
+	}
+}
