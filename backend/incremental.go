@@ -1,10 +1,8 @@
 package backend
 
 import (
-	"cmp"
 	"context"
 	"slices"
-	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -47,10 +45,6 @@ type EndpointKey struct {
 // EndpointKeyOf returns an endpoint's key.
 func EndpointKeyOf(ep *localv1.Endpoint) EndpointKey {
 	return EndpointKey{PortName: ep.PortName, Protocol: ep.Protocol, IP: ep.Ip, Port: ep.Port}
-}
-
-func compareEndpointKeys(a, b EndpointKey) int {
-	return cmp.Or(strings.Compare(a.PortName, b.PortName), cmp.Compare(a.Protocol, b.Protocol), strings.Compare(a.IP, b.IP), cmp.Compare(a.Port, b.Port))
 }
 
 // FromIncremental adapts an incremental backend to the full-state Backend

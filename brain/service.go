@@ -175,7 +175,7 @@ func familyView(svc *globalv1.Service, eps []*globalv1.EndpointSlice, family loc
 		}
 		s.Ports = append(s.Ports, lp)
 	}
-	slices.SortFunc(view.Endpoints, compareEndpoints)
+	slices.SortFunc(view.Endpoints, localv1.CompareEndpoints)
 	view.TriggerTimeUnixNano = triggerTime(eps, family)
 	return view
 }

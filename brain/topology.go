@@ -2,7 +2,6 @@ package brain
 
 import (
 	"slices"
-	"strings"
 
 	"github.com/kpng/kpng/api/localv1"
 )
@@ -131,17 +130,4 @@ func availableForTopology(e endpoint, mode topologyMode, node Node) bool {
 		return slices.Contains(e.zoneHints, node.Zone)
 	}
 	return true
-}
-
-func compareEndpoints(a, b *localv1.Endpoint) int {
-	if c := strings.Compare(a.PortName, b.PortName); c != 0 {
-		return c
-	}
-	if a.Protocol != b.Protocol {
-		return int(a.Protocol) - int(b.Protocol)
-	}
-	if c := strings.Compare(a.Ip, b.Ip); c != 0 {
-		return c
-	}
-	return int(a.Port) - int(b.Port)
 }

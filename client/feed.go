@@ -1,13 +1,11 @@
 package client
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -297,7 +295,7 @@ func (f *Feed) apply(b batch[*localv1.Op]) (backend.Changes, error) {
 	}
 	for k, e := range touched {
 		if e.eps != nil {
-			e.se.Endpoints = slices.SortedFunc(maps.Values(e.eps), compareEndpoints)
+			e.se.Endpoints = slices.SortedFunc(maps.Values(e.eps), localv1.CompareEndpoints)
 		}
 		st.Services[k] = e.se
 		ch.Set = append(ch.Set, k)
@@ -314,10 +312,4 @@ func (f *Feed) apply(b batch[*localv1.Op]) (backend.Changes, error) {
 	st.Revision = b.revision
 	f.instance = b.instance
 	return ch, nil
-}
-
-// compareEndpoints is the order of a view entry's endpoints.
-func compareEndpoints(a, b *localv1.Endpoint) int {
-	return cmp.Or(strings.Compare(a.PortName, b.PortName), cmp.Compare(a.Protocol, b.Protocol),
-		strings.Compare(a.Ip, b.Ip), cmp.Compare(a.Port, b.Port))
 }

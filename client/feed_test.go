@@ -39,7 +39,7 @@ func checkState(t *testing.T, st *backend.State, ch backend.Changes) {
 			t.Fatalf("entry %s holds %v", k, se.Service)
 		}
 		for i := 1; i < len(se.Endpoints); i++ {
-			if compareEndpoints(se.Endpoints[i-1], se.Endpoints[i]) >= 0 {
+			if localv1.CompareEndpoints(se.Endpoints[i-1], se.Endpoints[i]) >= 0 {
 				t.Fatalf("entry %s: endpoints not sorted and unique: %v", k, se.Endpoints)
 			}
 		}

@@ -1,11 +1,9 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"io"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -237,7 +235,7 @@ func localOps(out *chunker[*localv1.Op], it item[localKey, proto.Message]) error
 		case len(next) == 0:
 			c = -1
 		default:
-			c = compareEndpointKeys(prev[0], next[0])
+			c = localv1.CompareEndpoints(prev[0], next[0])
 		}
 		var op *localv1.Op
 		switch {
@@ -265,13 +263,6 @@ func localOps(out *chunker[*localv1.Op], it item[localKey, proto.Message]) error
 		return out.add(&localv1.Op{Op: &localv1.Op_SetTriggerTime{SetTriggerTime: &localv1.TriggerTime{Key: key, UnixNano: cur.TriggerTimeUnixNano}}})
 	}
 	return nil
-}
-
-// compareEndpointKeys orders endpoints as the brain does, by the fields that
-// identify an endpoint within its entry.
-func compareEndpointKeys(a, b *localv1.Endpoint) int {
-	return cmp.Or(strings.Compare(a.PortName, b.PortName), cmp.Compare(a.Protocol, b.Protocol),
-		strings.Compare(a.Ip, b.Ip), cmp.Compare(a.Port, b.Port))
 }
 
 // chunker groups operations into messages of at most ops operations and
