@@ -4,7 +4,8 @@
 // local-policy NodePort from outside the cluster), and one fault at a time:
 // the proxy restarted (gracefully and with SIGKILL), the API server killed
 // and brought back, endpoint churn, Services created and deleted in bulk,
-// rules damaged by hand, a transaction the kernel refuses, and, when the
+// rules damaged by hand, transactions the kernel refuses (the proxy's IPv6
+// table replaced by an nf_tables owner table of another process), and, when the
 // brain serves agents over gRPC, brain and agent restarts and misbehaving
 // gRPC peers. Each fault is a row of one table: probes sent, probes failed,
 // and what the fault's pass condition measures.

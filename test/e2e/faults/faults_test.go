@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -166,7 +167,7 @@ func (s *suite) restartBrain(t *testing.T, r *row, kill bool) {
 		marks[n] = p.Mark()
 	}
 	start := time.Now()
-	s.toggleChurn(t, 0)
+	s.toggleChurn(t)
 	for n, p := range c.procs {
 		p.WaitOutputSince(t, marks[n], c.v.syncedLine(), syncTimeout)
 	}
@@ -240,32 +241,37 @@ func createService(ctx context.Context, t *testing.T, c kubernetes.Interface, sv
 	}
 }
 
-// toggleChurn makes the churn Service's IPv4 endpoints pod-b and pod-c
-// (even i) or pod-b alone (odd i), through the API server.
-func (s *suite) toggleChurn(t *testing.T, i int) {
+// toggleChurn changes the churn Service's endpoints in both IP families,
+// through the API server: pod-b and pod-c if it has one, pod-b alone if it
+// has two, so that each call is a change.
+func (s *suite) toggleChurn(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	api := s.c.api.DiscoveryV1().EndpointSlices("default")
-	sl, err := api.Get(ctx, "churn-v4", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.setChurn(sl, i)
-	if _, err := api.Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	for _, fam := range []int{4, 6} {
+		sl, err := api.Get(ctx, fmt.Sprintf("churn-v%d", fam), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.setChurn(sl, fam, len(sl.Endpoints))
+		if _, err := api.Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
-func (s *suite) setChurn(sl *discoveryv1.EndpointSlice, i int) {
+// setChurn makes sl's endpoints (of family fam) pod-b and pod-c (odd i) or
+// pod-b alone (even i).
+func (s *suite) setChurn(sl *discoveryv1.EndpointSlice, fam, i int) {
 	pods := []*netlab.Pod{s.c.lab.Pod("pod-b"), s.c.lab.Pod("pod-c")}
-	if i%2 == 1 {
+	if i%2 == 0 {
 		pods = pods[:1]
 	}
 	sl.Endpoints = nil
 	for _, p := range pods {
 		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{
-			Addresses:  []string{p.IPv4.String()},
+			Addresses:  []string{p.Addr(fam).String()},
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr(true), Serving: ptr(true), Terminating: ptr(false)},
 			NodeName:   ptr(p.Node.Name),
 			Zone:       ptr(netlab.Zone(p.Node)),
@@ -296,7 +302,7 @@ func (s *suite) churn(t *testing.T, r *row) {
 			return
 		case <-tick.C:
 		}
-		s.setChurn(sl, changes+1)
+		s.setChurn(sl, 4, changes)
 		if sl, err = api.Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -489,146 +495,109 @@ func (s *suite) repair(t *testing.T, r *row, dmg damage) {
 	}
 }
 
-// refused makes the kernel refuse the proxy's next transaction: a rule
-// that the proxy does not own jumps to the chain of Service "refuse", and
-// the Service is deleted, so that deleting its chain fails (EBUSY). The
-// proxy must log the cause, keep its other rules (the probes), retry with
-// backoff, and recover once the foreign rule is gone.
+// nftTableOwner is NFT_TABLE_F_OWNER (Linux 5.12): a table only the
+// netlink socket that created it may change, gone when that socket closes.
+const nftTableOwner = 0x2
+
+// refused makes the kernel refuse the proxy's transactions for one IP
+// family: node-1's IPv6 table of the proxy (nft: its own table; iptables:
+// ip6 nat, where iptables-nft writes) is replaced, atomically, by an empty
+// one that another process owns (an nf_tables owner table), so every
+// transaction of the proxy's that touches it fails with EPERM. Another
+// Service changes every second meanwhile, so that the proxy keeps syncing.
+// The proxy must log the cause, keep the other family's rules (the IPv4
+// probes), retry with backoff, and repair once the owner is gone.
 func (s *suite) refused(t *testing.T, r *row) {
 	c, n1 := s.c, s.c.node("node-1")
 	p := c.procs[n1]
-	chain, add, remove := s.foreignJump(t, n1)
-	if out, err := n1.Run(add...); err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(add, " "), err, out)
+	table := "nat"
+	switch {
+	case c.v.nftables() && c.v.kubeProxy:
+		table = "kube-proxy"
+	case c.v.nftables():
+		table = "kpng"
 	}
-	removed := false
-	defer func() {
-		if !removed {
-			n1.Run(remove...)
-		}
-	}()
-	mark := p.Mark()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := c.api.CoreV1().Services("default").Delete(ctx, "refuse", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// The driver's failed sync, or the nft backend's failed deletion of
-	// stale chains (a transaction of its own, retried at each sync).
-	failLine := "(Sync failed|failed; will retry)"
-	if c.v.kubeProxy {
-		failLine = "(Failed to execute|[Ss]ync failed)"
-	}
-	// The first refusal, then the retries for a while: their spacing is
-	// the backoff.
-	observe := 8 * time.Second
-	time.Sleep(observe) // the fault's length, during which the retries are counted
-	out := p.Output()
-	since := out[min(mark, len(out)):]
-	fails := regexp.MustCompile(`(?m)^.*`+failLine+`.*$`).FindAllString(since, -1)
-	stillThere := s.chainExists(t, n1, chain)
-	if out, err := n1.Run(remove...); err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(remove, " "), err, out)
-	}
-	removed = true
-	fixed := time.Now()
-	if len(fails) == 0 {
-		// The proxy removed the foreign reference along with its chain, in
-		// one transaction (kpng's iptables backend owns every jump to its
-		// chains): nothing to refuse.
-		r.measured = fmt.Sprintf("no transaction refused in %v: the proxy removed the foreign jump with its chain (chain still there: %v)", observe, stillThere)
-		return
-	}
-	// The cause, as the log names it (klog may put the error on the
-	// following lines).
-	cause := "not named"
-	if m := regexp.MustCompile(`(?i)[^"\n]*(resource busy|EBUSY)[^"\n]*`).FindString(since); m != "" {
-		cause = strings.TrimSpace(m)
-		if len(cause) > 120 {
-			cause = cause[:120] + "..."
-		}
-	}
-	// Recovered: the deletion is applied once the cause is gone.
-	for s.chainExists(t, n1, chain) {
-		if time.Since(fixed) > 2*time.Minute {
-			r.problems = append(r.problems, "the Service's chain was still there 2 minutes after the cause was removed")
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // polling the kernel
-	}
-	r.measured = fmt.Sprintf("%d failed attempts logged in %v, cause: %q; the Service's chain kept meanwhile: %v; deleted %v after the cause was removed",
-		len(fails), observe, cause, stillThere, time.Since(fixed).Round(10*time.Millisecond))
-	if !c.v.kubeProxy {
-		if cause == "not named" {
-			r.problems = append(r.problems, "the failure's log does not name the cause: "+fails[0])
-		}
-		if len(fails) > 6 {
-			r.problems = append(r.problems, fmt.Sprintf("%d attempts in %v: no backoff", len(fails), observe))
-		}
-	}
-}
-
-// foreignJump returns the chain of Service "refuse" in node n, and the
-// commands that add and remove a rule of nobody's, in a chain of nobody's,
-// that jumps to it.
-func (s *suite) foreignJump(t *testing.T, n *netlab.Node) (chain string, add, remove []string) {
-	t.Helper()
-	if s.c.v.nftables() {
-		table := "kpng"
-		if s.c.v.kubeProxy {
-			table = "kube-proxy"
-		}
-		out, err := n.Run("nft", "list", "chains", "ip")
-		if err != nil {
-			t.Fatal(err)
-		}
-		in := ""
-		for _, line := range strings.Split(out, "\n") {
-			f := strings.Fields(line)
-			if len(f) >= 3 && f[0] == "table" {
-				in = f[2]
-			}
-			if in == table && len(f) >= 2 && f[0] == "chain" && strings.Contains(f[1], "default/refuse/tcp") && !strings.Contains(f[1], "endpoint") {
-				chain = f[1]
-				break
-			}
-		}
-		if chain == "" {
-			t.Fatalf("no chain of default/refuse in table ip %s:\n%s", table, out)
-		}
-		script := fmt.Sprintf("add chain ip %s foreign\nadd rule ip %s foreign ip daddr 198.51.100.99 jump %s\n", table, table, chain)
-		return chain, []string{"sh", "-c", "printf '%s' \"$0\" | nft -f -", script},
-			[]string{"sh", "-c", "nft flush chain ip " + table + " foreign 2>/dev/null; nft delete chain ip " + table + " foreign 2>/dev/null; true"}
-	}
-	prefix := "KPNG-SVC-"
-	if s.c.v.kubeProxy {
-		prefix = "KUBE-SVC-"
-	}
-	out, err := n.Run("iptables-save", "-t", "nat")
+	before := ruleCount(t, n1)
+	ns, err := os.Open(n1.NS.Path())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(out, "\n") {
-		if strings.Contains(line, "default/refuse:tcp") {
-			if i := strings.Index(line, "-j "+prefix); i >= 0 {
-				chain = strings.Fields(line[i+3:])[0]
-				break
-			}
+	defer ns.Close()
+	owner, err := nftables.New(nftables.AsLasting(), nftables.WithNetNSFd(int(ns.Fd())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			owner.CloseLasting()
+		}
+	}()
+	mark := p.Mark()
+	owner.DelTable(&nftables.Table{Family: nftables.TableFamilyIPv6, Name: table})
+	owner.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv6, Name: table, Flags: nftTableOwner})
+	if err := owner.Flush(); err != nil {
+		t.Fatalf("replacing table ip6 %s by an owned one: %v", table, err)
+	}
+
+	changes := 0
+	change := func() { changes++; s.toggleChurn(t) }
+	// The refusals, and the retries for a while: their spacing is the
+	// backoff. Paced by a ticker: the changes are load, not a wait.
+	observe := 8 * time.Second
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for end := time.After(observe); ; {
+		select {
+		case <-tick.C:
+			change()
+			continue
+		case <-end:
+		}
+		break
+	}
+	out := p.Output()
+	since := out[min(mark, len(out)):]
+	// The driver's failed syncs; kube-proxy's failed restores or
+	// transactions.
+	syncFails := regexp.MustCompile(`(?m)^.*Sync failed.*$`).FindAllString(since, -1)
+	refusals := regexp.MustCompile(`(?m)^.*(Sync failed|failed; will retry|Failed to execute|[Ss]ync failed|[Ff]ailed to).*$`).FindAllString(since, -1)
+	cause := "not named"
+	if m := regexp.MustCompile(`(?i)[^"\n]*(operation not permitted|EPERM)[^"\n]*`).FindString(since); m != "" {
+		cause = strings.TrimSpace(m)
+		if len(cause) > 100 {
+			cause = cause[:100] + "..."
 		}
 	}
-	if chain == "" {
-		t.Fatalf("no %s chain of default/refuse:tcp:\n%s", prefix, out)
-	}
-	// A chain of nobody's (no proxy's prefix), jumping to the Service's.
-	return chain, []string{"sh", "-c", "iptables -w 5 -t nat -N FOREIGN && iptables -w 5 -t nat -A FOREIGN -d 198.51.100.99/32 -j " + chain},
-		[]string{"sh", "-c", "iptables -w 5 -t nat -F FOREIGN 2>/dev/null; iptables -w 5 -t nat -X FOREIGN 2>/dev/null; true"}
-}
 
-func (s *suite) chainExists(t *testing.T, n *netlab.Node, chain string) bool {
-	if s.c.v.nftables() {
-		out, _ := n.Run("nft", "list", "chains", "ip")
-		return strings.Contains(out, chain)
+	// The owner goes, and its table with it: the proxy repairs.
+	if err := owner.CloseLasting(); err != nil {
+		t.Fatal(err)
 	}
-	out, _ := n.Run("iptables-save", "-t", "nat")
-	return strings.Contains(out, ":"+chain+" ")
+	closed = true
+	fixed := time.Now()
+	for ruleCount(t, n1) < before {
+		if time.Since(fixed) > 2*time.Minute {
+			r.problems = append(r.problems, "not repaired 2 minutes after the owner of the table left")
+			break
+		}
+		select {
+		case <-tick.C:
+			change()
+		case <-time.After(20 * time.Millisecond): // polling the kernel
+		}
+	}
+	r.measured = fmt.Sprintf("%d refusals logged in %v (%d failed syncs) under %d changes, cause: %q; repaired %v after the owner left",
+		len(refusals), observe, len(syncFails), changes, cause, time.Since(fixed).Round(10*time.Millisecond))
+	if !c.v.kubeProxy {
+		if len(syncFails) == 0 {
+			r.problems = append(r.problems, "no failed sync logged")
+		} else if cause == "not named" {
+			r.problems = append(r.problems, "the failure's log does not name the cause: "+syncFails[0])
+		}
+		// Backoff from 1 s, doubling: at most 4 failed syncs in 8 s.
+		if len(syncFails) > 5 {
+			r.problems = append(r.problems, fmt.Sprintf("%d failed syncs in %v: no backoff", len(syncFails), observe))
+		}
+	}
 }

@@ -152,7 +152,7 @@ func (s *suite) grpcAbuse(t *testing.T, r *row) {
 		marks[n.Name] = p.Mark()
 	}
 	start := time.Now()
-	s.toggleChurn(t, 1)
+	s.toggleChurn(t)
 	for n, p := range c.procs {
 		p.WaitOutputSince(t, marks[n.Name], c.v.syncedLine(), syncTimeout)
 	}
@@ -174,7 +174,7 @@ func (s *suite) grpcAbuse(t *testing.T, r *row) {
 		t.Fatalf("a new client got no view: %v", err)
 	}
 	fresh := time.Since(start)
-	s.toggleChurn(t, 0)
+	s.toggleChurn(t)
 
 	garbage.Wait()
 	close(closed)
