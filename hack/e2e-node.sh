@@ -216,15 +216,21 @@ build_images() {
 	# upstream image is Alpine with curl, nc, ip...), from Debian packages,
 	# assembled by hack/image (which puts its binary at /usr/local/bin/kpng
 	# and wants iptables and nft among the packages).
-	if ! [[ -f "${img}/agnhost.tar" && "$(cat "${img}/agnhost.stamp" 2>/dev/null)" == "$(sha256sum <"${bin}/agnhost")" ]]; then
-		debs_closure "${tmp}/debs" dash bash coreutils grep sed gawk findutils procps curl \
-			netcat-openbsd iproute2 iputils-ping dnsutils conntrack iptables nftables
+	# The tools the specs run in it (curl, nc, wget, dig, conntrack, ...),
+	# and the links Debian's update-alternatives would make for them.
+	local agn_pkgs=(dash bash coreutils grep sed gawk findutils procps curl wget hostname
+		netcat-openbsd iproute2 iputils-ping dnsutils conntrack iptables nftables)
+	local agn_links=(--link=/bin/nc=nc.openbsd --link=/usr/bin/awk=gawk)
+	local agn_stamp
+	agn_stamp="$({ sha256sum <"${bin}/agnhost"; echo "${agn_pkgs[*]} ${agn_links[*]}"; } | sha256sum)"
+	if ! [[ -f "${img}/agnhost.tar" && "$(cat "${img}/agnhost.stamp" 2>/dev/null)" == "${agn_stamp}" ]]; then
+		debs_closure "${tmp}/debs" "${agn_pkgs[@]}"
 		go -C "${root}/hack/image" run . --kpng "${bin}/agnhost" --debs "${tmp}/debs" --name kpng.local/agnhost-base \
-			--version v0 --epoch 0 --output "${tmp}/agnhost-base.tar" >&2
+			--version v0 --epoch 0 "${agn_links[@]}" --output "${tmp}/agnhost-base.tar" >&2
 		"${bin}/mkimage" --output "${tmp}/agnhost.tar" "${agnhost_names[@]}" --base "${tmp}/agnhost-base.tar" \
 			--entrypoint /agnhost "${bin}/agnhost=/agnhost"
 		mv -f "${tmp}/agnhost.tar" "${img}/agnhost.tar"
-		sha256sum <"${bin}/agnhost" >"${img}/agnhost.stamp"
+		printf '%s' "${agn_stamp}" >"${img}/agnhost.stamp"
 	fi
 	# kpng's own image, as a user builds it, and kube-proxy's on top of it
 	# (its iptables, nft and conntrack), kubeadm's name for it.
@@ -724,6 +730,10 @@ smoke_test() {
 	kubectl run smoke-client --image="${agnhost_image}" --restart=Never --command -- /agnhost pause >/dev/null
 	kubectl rollout status deployment/smoke --timeout=180s >&2
 	kubectl wait --for=condition=Ready pod/smoke-client --timeout=180s >/dev/null
+	# The tools upstream's specs run in agnhost pods (its own image is Alpine
+	# with busybox; ours is Debian's).
+	kubectl exec smoke-client -- sh -c 'for t in nc wget curl dig nslookup awk timeout hostname conntrack ip; do command -v "$t" >/dev/null || { echo "agnhost image lacks $t"; exit 1; }; done' >&2 ||
+		die "the agnhost image lacks a tool the e2e specs run"
 	cip="$(kubectl get svc smoke -o jsonpath='{.spec.clusterIP}')"
 	np="$(kubectl get svc smoke -o jsonpath='{.spec.ports[0].nodePort}')"
 	wait_for "ClusterIP ${cip}:80 from a pod" 60 kubectl exec smoke-client -- curl -sf --max-time 2 "http://${cip}/hostname"

@@ -27,6 +27,15 @@ func main() {
 	flag.StringVar(&o.version, "version", "", "the image tag: kpng's version")
 	flag.Int64Var(&o.epoch, "epoch", 0, "every time in the image, in Unix seconds (the commit time)")
 	flag.StringVar(&o.output, "output", "", "the tarball to write")
+	flag.Func("link", "PATH=TARGET: one more symbolic link, as a package's update-alternatives would make (repeatable), e.g. /bin/nc=nc.openbsd", func(v string) error {
+		link, target, ok := strings.Cut(v, "=")
+		link = strings.TrimPrefix(filepath.Clean("/"+link), "/")
+		if !ok || link == "" || target == "" {
+			return fmt.Errorf("want PATH=TARGET, got %q", v)
+		}
+		o.links = append(o.links, [2]string{link, target})
+		return nil
+	})
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fail(fmt.Errorf("unexpected arguments %q", flag.Args()))
@@ -46,6 +55,7 @@ func fail(err error) {
 type options struct {
 	kpng, debs, name, version, output string
 	epoch                             int64
+	links                             [][2]string // --link: path in the image, target
 }
 
 func (o options) check() error {
@@ -103,6 +113,9 @@ func (o options) root() (rootfs, error) {
 			}
 		}
 	}
+	if err := fs.addLinks(o.links); err != nil {
+		return nil, err
+	}
 	bin, err := os.ReadFile(o.kpng)
 	if err != nil {
 		return nil, fmt.Errorf("--kpng: %w", err)
@@ -125,3 +138,25 @@ func (o options) root() (rootfs, error) {
 }
 
 func (o options) mtime() time.Time { return time.Unix(o.epoch, 0).UTC() }
+
+// addLinks adds --link's symbolic links: each must point at a file the
+// packages have, and must not replace one of theirs.
+func (fs rootfs) addLinks(links [][2]string) error {
+	for _, l := range links {
+		link, target := l[0], l[1]
+		resolved := target
+		if !filepath.IsAbs(target) {
+			resolved = filepath.Join("/", filepath.Dir(link), target)
+		}
+		if _, ok := fs[strings.TrimPrefix(resolved, "/")]; !ok {
+			return fmt.Errorf("--link /%s=%s: the packages have no %s", link, target, resolved)
+		}
+		if _, ok := fs[link]; ok {
+			return fmt.Errorf("--link /%s=%s: the packages already have /%s", link, target, link)
+		}
+		if err := fs.add(link, tar.TypeSymlink, 0o777, target, nil, "--link"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
