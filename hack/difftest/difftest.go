@@ -31,8 +31,9 @@ type Stats struct {
 	// NotProxied counts the (node, service port) decisions where neither
 	// proxies the port at all (ExternalName, headless, another proxy's).
 	NotProxied int
-	// Ambiguous counts the (node, service port) decisions not compared
-	// because upstream's answer is undefined there (see Ambiguous).
+	// Ambiguous counts the (node, service port) decisions whose endpoints
+	// were not compared because upstream's answer is undefined there (see
+	// Ambiguous); whether they are proxied, and their service facts, were.
 	Ambiguous int
 	// GatesOff counts the clusters compared with a settable decision gate
 	// off (AllowServiceExternalIPs=false).
@@ -68,10 +69,14 @@ func compare(c *Cluster, kp map[string]Result, st *Stats) (map[string][]string, 
 	skip := Ambiguous(c)
 	diffs := map[string][]string{}
 	for _, n := range nodes {
-		a, b := withoutPorts(kp[n], skip), withoutPorts(up[n], skip)
+		a, b := withoutEndpoints(kp[n], skip), withoutEndpoints(up[n], skip)
 		if st != nil {
 			st.Ports += max(len(a), len(b))
-			st.Ambiguous += len(kp[n]) - len(a)
+			for k := range a {
+				if skip[k] {
+					st.Ambiguous++
+				}
+			}
 			present := map[string]bool{}
 			for k := range a {
 				present[keyService(k)] = true

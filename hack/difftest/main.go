@@ -64,7 +64,7 @@ func run(o Options, w io.Writer, quiet bool) int {
 	for _, f := range st.Failures {
 		report(w, f)
 	}
-	fmt.Fprintf(w, "difftest: %d clusters (seeds %d-%d; %d with AllowServiceExternalIPs=false) and %d incremental steps; %d service-port decisions compared per node and family (%d proxied by both; and %d service ports proxied by neither), %d skipped as duplicate addresses upstream leaves undefined; %d failing clusters; %s\n",
+	fmt.Fprintf(w, "difftest: %d clusters (seeds %d-%d; %d with AllowServiceExternalIPs=false) and %d incremental steps; %d service-port decisions compared per node and family (%d proxied by both; and %d service ports proxied by neither), %d of them with their endpoints not compared (an address listed twice differently, which upstream leaves undefined); %d failing clusters; %s\n",
 		st.Clusters, o.Seed, o.Seed+uint64(max(st.Clusters, 1))-1, st.GatesOff, st.Steps, st.Ports, st.Proxied, st.NotProxied, st.Ambiguous, len(st.Failures), time.Since(start).Round(time.Millisecond))
 	if err != nil {
 		fmt.Fprintln(w, "difftest:", err)

@@ -87,17 +87,19 @@ func Diff(kp, up Result) []string {
 	return out
 }
 
-// withoutPorts returns r without the ports in skip (by portKey prefix
-// "family ns/name:port/protocol").
-func withoutPorts(r Result, skip map[string]bool) Result {
+// withoutEndpoints returns r with the endpoints of the ports in skip
+// (portKeys) left out: whether those ports are proxied, and their service
+// facts, are still compared.
+func withoutEndpoints(r Result, skip map[string]bool) Result {
 	if len(skip) == 0 {
 		return r
 	}
 	out := Result{}
 	for k, v := range r {
-		if !skip[k] {
-			out[k] = v
+		if skip[k] {
+			v = Port{Service: v.Service}
 		}
+		out[k] = v
 	}
 	return out
 }
