@@ -255,7 +255,7 @@ func mergeSlices(eps []*globalv1.EndpointSlice, family localv1.IPFamily, node No
 				entry := endpoint{Endpoint: ep, zoneHints: e.HintZones, nodeHints: e.HintNodes}
 				k := epKey{ep.Ip, ep.Port}
 				if i, dup := seen[pk][k]; dup {
-					if !ep.Terminating && out[pk][i].Terminating || mutated("terminating-duplicate-wins") && ep.Terminating && !out[pk][i].Terminating {
+					if (!ep.Terminating && out[pk][i].Terminating) || (mutated("terminating-duplicate-wins") && ep.Terminating && !out[pk][i].Terminating) {
 						out[pk][i] = entry
 					}
 					continue
