@@ -323,6 +323,23 @@ func (g *gen) slice(svc *corev1.Service, family corev1.IPFamily) *discoveryv1.En
 	for range g.r.IntN(5) {
 		sl.Endpoints = append(sl.Endpoints, g.endpoint(family))
 	}
+	if g.chance(0.3) {
+		// Hints as the EndpointSlice controller writes them for
+		// trafficDistribution: every endpoint hinted for its own zone, and
+		// for PreferSameNode its own node, so that topology applies.
+		sameNode := g.chance(0.5)
+		for i := range sl.Endpoints {
+			e := &sl.Endpoints[i]
+			e.Hints = nil
+			if e.Zone == nil || e.NodeName == nil {
+				continue
+			}
+			e.Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: *e.Zone}}}
+			if sameNode {
+				e.Hints.ForNodes = []discoveryv1.ForNode{{Name: *e.NodeName}}
+			}
+		}
+	}
 	return sl
 }
 
