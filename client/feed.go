@@ -12,22 +12,17 @@ import (
 
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/client/internal/session"
 )
 
-// Batch is one batch of the localv1 stream as received, for WithOnBatch.
-type Batch struct {
-	// Reset: the batch is the whole view.
-	Reset bool
-	// Ops are the operations, without the Reset and the Sync.
-	Ops []*localv1.Op
-	// InstanceID and Revision are the batch's Sync.
-	InstanceID uint64
-	Revision   uint64
-}
+// Batch is one batch of the localv1 stream as received, for WithOnBatch:
+// Reset, the operations (without the Reset and the Sync), and the Sync's
+// InstanceID and Revision.
+type Batch = session.Batch[*localv1.Op]
 
 // WithOnBatch calls fn with every batch the feed receives, before it is
 // applied (for logs, debugging and tests). fn must not keep or modify it.
-func WithOnBatch(fn func(Batch)) Option { return func(o *options) { o.onBatch = fn } }
+func WithOnBatch(fn func(Batch)) Option { return func(o *session.Options) { o.OnBatch = fn } }
 
 // Feed is a backend.Feed of a node's view received from a kpng server over
 // the localv1 Watch API. It reconnects by itself and resumes where it was,
@@ -44,7 +39,7 @@ func WithOnBatch(fn func(Batch)) Option { return func(o *options) { o.onBatch = 
 type Feed struct {
 	conn  *grpc.ClientConn
 	node  string
-	o     options
+	o     session.Options
 	state *backend.State
 	// instance is the server instance of the state's revision: with it,
 	// the position a next batch must follow.
@@ -54,7 +49,7 @@ type Feed struct {
 	cancel  context.CancelFunc
 	start   sync.Once
 	want    chan position // asks for the batch after this position
-	batches chan batch[*localv1.Op]
+	batches chan Batch
 	done    chan struct{}
 	err     error // set before done is closed
 	asked   bool  // a batch was asked for and not yet received (Next's side)
@@ -66,8 +61,8 @@ func NewFeed(target, nodeName string, opts ...Option) (*Feed, error) {
 	if nodeName == "" {
 		return nil, errors.New("a node name is required")
 	}
-	o := buildOptions(opts)
-	conn, err := dial(target, o)
+	o := session.Build(opts)
+	conn, err := session.Dial(target, o)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +70,7 @@ func NewFeed(target, nodeName string, opts ...Option) (*Feed, error) {
 	return &Feed{
 		conn: conn, node: nodeName, o: o, state: backend.NewState(nodeName),
 		ctx: ctx, cancel: cancel,
-		want: make(chan position), batches: make(chan batch[*localv1.Op]), done: make(chan struct{}),
+		want: make(chan position), batches: make(chan Batch), done: make(chan struct{}),
 	}, nil
 }
 
@@ -100,7 +95,7 @@ func (f *Feed) Next(ctx context.Context) (*backend.State, backend.Changes, error
 				return nil, backend.Changes{}, f.err
 			}
 		}
-		var b batch[*localv1.Op]
+		var b Batch
 		select {
 		case b = <-f.batches:
 			f.asked = false
@@ -109,8 +104,8 @@ func (f *Feed) Next(ctx context.Context) (*backend.State, backend.Changes, error
 		case <-f.done:
 			return nil, backend.Changes{}, f.err
 		}
-		if f.o.onBatch != nil {
-			f.o.onBatch(Batch{Reset: b.reset, Ops: b.ops, InstanceID: b.instance, Revision: b.revision})
+		if f.o.OnBatch != nil {
+			f.o.OnBatch(b)
 		}
 		ch, err := f.apply(b)
 		if err != nil {
@@ -123,49 +118,53 @@ func (f *Feed) Next(ctx context.Context) (*backend.State, backend.Changes, error
 	}
 }
 
+// position is where a feed is in the server's history: the Sync of the
+// last batch it applied.
+type position struct{ instance, revision uint64 }
+
 // receive runs the session: one batch per want, handed over on batches.
 func (f *Feed) receive(ctx context.Context) {
 	defer close(f.done)
 	client := localv1.NewWatchClient(f.conn)
-	s := &session[*localv1.Op]{o: f.o, name: "localv1", proto: protocol[*localv1.Op]{
-		open: func(ctx context.Context, instance, revision uint64) (*stream[*localv1.Op], error) {
+	s := &session.Session[*localv1.Op]{O: f.o, Name: "localv1", Proto: session.Protocol[*localv1.Op]{
+		Open: func(ctx context.Context, instance, revision uint64) (*session.Stream[*localv1.Op], error) {
 			sctx, cancel := context.WithCancel(ctx)
 			st, err := client.Watch(sctx)
 			if err == nil {
-				err = st.Send(&localv1.WatchRequest{NodeName: f.node, ServiceProxyName: f.o.serviceProxyName, InstanceId: instance, Revision: revision})
+				err = st.Send(&localv1.WatchRequest{NodeName: f.node, ServiceProxyName: f.o.ServiceProxyName, InstanceId: instance, Revision: revision})
 			}
 			if err != nil {
 				cancel()
 				return nil, err
 			}
-			return &stream[*localv1.Op]{
-				ask: func(instance, revision uint64) error {
+			return &session.Stream[*localv1.Op]{
+				Ask: func(instance, revision uint64) error {
 					return st.Send(&localv1.WatchRequest{InstanceId: instance, Revision: revision})
 				},
-				recv: func() ([]*localv1.Op, error) {
+				Recv: func() ([]*localv1.Op, error) {
 					m, err := st.Recv()
 					return m.GetOps(), err
 				},
-				cancel: cancel,
+				Cancel: cancel,
 			}, nil
 		},
-		sync: func(op *localv1.Op) (uint64, uint64, bool) {
+		Sync: func(op *localv1.Op) (uint64, uint64, bool) {
 			s := op.GetSync()
 			return s.GetInstanceId(), s.GetRevision(), s != nil
 		},
-		isReset: func(op *localv1.Op) bool { return op.GetReset_() != nil },
+		IsReset: func(op *localv1.Op) bool { return op.GetReset_() != nil },
 	}}
-	defer s.close()
+	defer s.Close()
 	for {
 		select {
 		case p := <-f.want:
 			// The last batch handed over may not have been applied.
-			s.applied(p.instance, p.revision)
+			s.Applied(p.instance, p.revision)
 		case <-ctx.Done():
 			f.err = errors.New("feed closed")
 			return
 		}
-		b, err := s.next(ctx)
+		b, err := s.Next(ctx)
 		if err != nil {
 			f.err = err
 			if ctx.Err() != nil {
@@ -208,11 +207,11 @@ func keyOf(k *localv1.ServiceKey) backend.ServiceKey {
 // or nothing: the batch is first checked and turned into new entries on the
 // side (a copy of each entry it touches, never of the whole state), and the
 // state changes only once the whole batch is known to be valid.
-func (f *Feed) apply(b batch[*localv1.Op]) (backend.Changes, error) {
+func (f *Feed) apply(b Batch) (backend.Changes, error) {
 	var ch backend.Changes
 	st := f.state
 	base := st.Services // what the batch changes; a reset starts from nothing
-	if b.reset {
+	if b.Reset {
 		base = nil
 	}
 	var (
@@ -243,7 +242,7 @@ func (f *Feed) apply(b batch[*localv1.Op]) (backend.Changes, error) {
 		}
 		return e.eps
 	}
-	for _, op := range b.ops {
+	for _, op := range b.Ops {
 		switch o := op.Op.(type) {
 		case *localv1.Op_SetService:
 			svc := o.SetService
@@ -284,7 +283,7 @@ func (f *Feed) apply(b batch[*localv1.Op]) (backend.Changes, error) {
 	}
 
 	// The batch is valid: commit it.
-	if b.reset {
+	if b.Reset {
 		ch.Reset, ch.NodeChanged = true, true
 		clear(st.Services)
 		st.Node, st.ServiceCIDRs = nil, nil
@@ -304,12 +303,12 @@ func (f *Feed) apply(b batch[*localv1.Op]) (backend.Changes, error) {
 		delete(st.Services, k)
 		ch.Deleted = append(ch.Deleted, k)
 	}
-	if b.reset {
+	if b.Reset {
 		ch.Set = slices.Collect(maps.Keys(st.Services))
 	}
 	slices.SortFunc(ch.Set, backend.ServiceKey.Compare)
 	slices.SortFunc(ch.Deleted, backend.ServiceKey.Compare)
-	st.Revision = b.revision
-	f.instance = b.instance
+	st.Revision = b.Revision
+	f.instance = b.InstanceID
 	return ch, nil
 }

@@ -66,7 +66,7 @@ func checkState(t *testing.T, st *backend.State, ch backend.Changes) {
 
 func TestApply(t *testing.T) {
 	f := newTestFeed()
-	ch, err := f.apply(batch[*localv1.Op]{reset: true, revision: 1, ops: []*localv1.Op{
+	ch, err := f.apply(Batch{Reset: true, Revision: 1, Ops: []*localv1.Op{
 		svcOp("a"), epOp(true, "a", "10.0.0.2", true), epOp(true, "a", "10.0.0.1", true),
 		svcOp("b"),
 	}})
@@ -75,12 +75,12 @@ func TestApply(t *testing.T) {
 	}
 	checkState(t, f.state, ch)
 	if !ch.Reset || !slices.Equal(ch.Set, []backend.ServiceKey{key("a"), key("b")}) || len(f.state.Services[key("a")].Endpoints) != 2 {
-		t.Fatalf("after the reset: %v %v", ch, f.state.Services)
+		t.Fatalf("after the Reset: %v %v", ch, f.state.Services)
 	}
 	published := f.state.Services[key("a")]
 
 	// One endpoint changes, one goes; b goes; c comes.
-	ch, err = f.apply(batch[*localv1.Op]{revision: 2, ops: []*localv1.Op{
+	ch, err = f.apply(Batch{Revision: 2, Ops: []*localv1.Op{
 		epOp(true, "a", "10.0.0.1", false), epOp(false, "a", "10.0.0.2", false),
 		{Op: &localv1.Op_DeleteService{DeleteService: &localv1.ServiceKey{Namespace: "ns", Name: "b", Family: localv1.IPFamily_IPV4}}},
 		svcOp("c"),
@@ -111,7 +111,7 @@ func TestApplyProtocolErrors(t *testing.T) {
 		"a sync inside a batch":          {{Op: &localv1.Op_Sync{Sync: &localv1.Sync{}}}},
 		"an empty operation":             {{}},
 	} {
-		if _, err := newTestFeed().apply(batch[*localv1.Op]{ops: ops}); err == nil {
+		if _, err := newTestFeed().apply(Batch{Ops: ops}); err == nil {
 			t.Errorf("%s: applied", name)
 		}
 	}
@@ -137,7 +137,7 @@ func FuzzApply(f *testing.F) {
 			if proto.Unmarshal(data, &m) != nil {
 				return
 			}
-			ch, err := feed.apply(batch[*localv1.Op]{ops: m.Ops, reset: reset || i == 0, revision: uint64(i + 1)})
+			ch, err := feed.apply(Batch{Ops: m.Ops, Reset: reset || i == 0, Revision: uint64(i + 1)})
 			if err != nil {
 				return // the stream is dropped; nothing is handed out
 			}
@@ -150,16 +150,16 @@ func FuzzApply(f *testing.F) {
 // its revision) exactly as it was, whatever it did before the fault.
 func TestApplyFailedBatchLeavesStateUnchanged(t *testing.T) {
 	node := &localv1.Op{Op: &localv1.Op_SetNode{SetNode: &localv1.NodeInfo{Node: &localv1.Node{Name: "node-1", Zone: "z2"}, ServiceCidrs: []string{"10.97.0.0/16"}}}}
-	for name, b := range map[string]batch[*localv1.Op]{
-		"a reset then a fault":              {reset: true, revision: 2, ops: []*localv1.Op{svcOp("z"), {}}},
-		"a reset then an orphan endpoint":   {reset: true, revision: 2, ops: []*localv1.Op{svcOp("z"), epOp(true, "a", "10.0.0.3", true)}},
-		"set_node then a fault":             {revision: 2, ops: []*localv1.Op{node, {Op: &localv1.Op_SetEndpoint{SetEndpoint: &localv1.EndpointOp{}}}}},
-		"changes then an unknown service":   {revision: 2, ops: []*localv1.Op{svcOp("a"), epOp(false, "a", "10.0.0.1", true), svcOp("c"), epOp(true, "x", "10.0.0.9", true)}},
-		"deletions then an unknown service": {revision: 2, ops: []*localv1.Op{{Op: &localv1.Op_DeleteService{DeleteService: &localv1.ServiceKey{Namespace: "ns", Name: "b", Family: localv1.IPFamily_IPV4}}}, epOp(true, "y", "10.0.0.9", true)}},
+	for name, b := range map[string]Batch{
+		"a reset then a fault":              {Reset: true, Revision: 2, Ops: []*localv1.Op{svcOp("z"), {}}},
+		"a reset then an orphan endpoint":   {Reset: true, Revision: 2, Ops: []*localv1.Op{svcOp("z"), epOp(true, "a", "10.0.0.3", true)}},
+		"set_node then a fault":             {Revision: 2, Ops: []*localv1.Op{node, {Op: &localv1.Op_SetEndpoint{SetEndpoint: &localv1.EndpointOp{}}}}},
+		"changes then an unknown service":   {Revision: 2, Ops: []*localv1.Op{svcOp("a"), epOp(false, "a", "10.0.0.1", true), svcOp("c"), epOp(true, "x", "10.0.0.9", true)}},
+		"deletions then an unknown service": {Revision: 2, Ops: []*localv1.Op{{Op: &localv1.Op_DeleteService{DeleteService: &localv1.ServiceKey{Namespace: "ns", Name: "b", Family: localv1.IPFamily_IPV4}}}, epOp(true, "y", "10.0.0.9", true)}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newTestFeed()
-			if _, err := f.apply(batch[*localv1.Op]{reset: true, revision: 1, ops: []*localv1.Op{
+			if _, err := f.apply(Batch{Reset: true, Revision: 1, Ops: []*localv1.Op{
 				{Op: &localv1.Op_SetNode{SetNode: &localv1.NodeInfo{Node: &localv1.Node{Name: "node-1", Zone: "z1"}, ServiceCidrs: []string{"10.96.0.0/16"}}}},
 				svcOp("a"), epOp(true, "a", "10.0.0.1", true), svcOp("b"),
 			}}); err != nil {

@@ -58,5 +58,5 @@ func RunBackend(ctx context.Context, target, nodeName string, b backend.Backend,
 		return err
 	}
 	defer feed.Close()
-	return backend.Run(ctx, feed, b, feed.o.run)
+	return backend.Run(ctx, feed, b, feed.o.Run)
 }

@@ -16,7 +16,7 @@
 //     into their own store and the brain computes their node's view
 //     (local.Feed), exactly as `kpng api --node-name N to-local`;
 //     such an agent holds a change once its node's view has it;
-//   - the others are light agents: client.WatchCluster receives and decodes
+//   - the others are light agents: clusterwatch.Watch receives and decodes
 //     every batch, as an agent does, but keeps nothing. A thousand copies of
 //     a 10,000-Service cluster (with a brain view each) do not fit one test
 //     machine, and the cost under test is the serving brain's.
@@ -57,6 +57,7 @@ import (
 	"github.com/kpng/kpng/api/globalv1"
 	"github.com/kpng/kpng/brain"
 	"github.com/kpng/kpng/client"
+	"github.com/kpng/kpng/client/clusterwatch"
 	"github.com/kpng/kpng/cluster"
 	"github.com/kpng/kpng/local"
 	"github.com/kpng/kpng/server"
@@ -484,7 +485,7 @@ func runBench(c config) (result, error) {
 // lightAgent follows the cluster and reports the changes it receives.
 func lightAgent(ctx context.Context, conn *grpc.ClientConn, first func(), reports chan<- seen) {
 	started := false
-	_ = client.WatchCluster(ctx, conn, func(b client.ClusterBatch) error {
+	_ = clusterwatch.Watch(ctx, conn, func(b clusterwatch.Batch) error {
 		if !started {
 			started = true
 			first()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kpng/kpng/api/globalv1"
 	"github.com/kpng/kpng/client"
+	"github.com/kpng/kpng/client/clusterwatch"
 	"github.com/kpng/kpng/cluster"
 )
 
@@ -41,7 +42,7 @@ func (s *Source) Run(ctx context.Context, store *cluster.Store) error {
 	s.services, s.slices, s.nodes, s.cidrs = map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
 	logger := klog.FromContext(ctx).WithValues("api", s.Target)
 	synced := false
-	return client.WatchCluster(ctx, conn, func(b client.ClusterBatch) error {
+	return clusterwatch.Watch(ctx, conn, func(b clusterwatch.Batch) error {
 		if err := s.apply(store, b); err != nil {
 			return err
 		}
@@ -57,7 +58,7 @@ func (s *Source) Run(ctx context.Context, store *cluster.Store) error {
 
 // apply applies a batch to the store, all or nothing: it is checked first,
 // since a store update cannot be rolled back.
-func (s *Source) apply(store *cluster.Store, b client.ClusterBatch) error {
+func (s *Source) apply(store *cluster.Store, b clusterwatch.Batch) error {
 	for i, op := range b.Ops {
 		if err := check(op); err != nil {
 			return fmt.Errorf("protocol error: operation %d of the batch: %w", i, err)

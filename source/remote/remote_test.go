@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kpng/kpng/api/globalv1"
-	"github.com/kpng/kpng/client"
+	"github.com/kpng/kpng/client/clusterwatch"
 	"github.com/kpng/kpng/cluster"
 )
 
@@ -30,7 +30,7 @@ func contents(s *cluster.Store) map[string]bool {
 }
 
 // model applies a batch to the expected contents.
-func model(want map[string]bool, b client.ClusterBatch) {
+func model(want map[string]bool, b clusterwatch.Batch) {
 	if b.Reset {
 		clear(want)
 	}
@@ -82,7 +82,7 @@ func FuzzApply(f *testing.F) {
 			if proto.Unmarshal(data, &m) != nil {
 				return
 			}
-			b := client.ClusterBatch{Reset: i == 0 || secondResets, Ops: m.Ops}
+			b := clusterwatch.Batch{Reset: i == 0 || secondResets, Ops: m.Ops}
 			if err := s.apply(store, b); err != nil {
 				return // the stream is dropped
 			}
@@ -103,11 +103,11 @@ func TestFaultyBatchChangesNothing(t *testing.T) {
 	set := func(name string) *globalv1.Op {
 		return &globalv1.Op{Op: &globalv1.Op_SetService{SetService: &globalv1.Service{Namespace: "ns", Name: name}}}
 	}
-	if err := s.apply(store, client.ClusterBatch{Reset: true, Ops: []*globalv1.Op{set("a")}}); err != nil {
+	if err := s.apply(store, clusterwatch.Batch{Reset: true, Ops: []*globalv1.Op{set("a")}}); err != nil {
 		t.Fatal(err)
 	}
 	rev := store.Stats().Revision
-	for name, b := range map[string]client.ClusterBatch{
+	for name, b := range map[string]clusterwatch.Batch{
 		"a reset then an empty operation": {Reset: true, Ops: []*globalv1.Op{set("b"), {}}},
 		"a set then an empty operation":   {Ops: []*globalv1.Op{set("c"), {}}},
 		"a set without its object":        {Ops: []*globalv1.Op{set("d"), {Op: &globalv1.Op_SetNode{}}}},
@@ -119,7 +119,7 @@ func TestFaultyBatchChangesNothing(t *testing.T) {
 			t.Errorf("%s: the store holds %v at revision %d, want only ns/a at %d", name, got, store.Stats().Revision, rev)
 		}
 	}
-	if err := s.apply(store, client.ClusterBatch{Reset: true, Ops: []*globalv1.Op{set("e")}}); err != nil {
+	if err := s.apply(store, clusterwatch.Batch{Reset: true, Ops: []*globalv1.Op{set("e")}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := contents(store); !maps.Equal(got, map[string]bool{"service ns/e": true}) {
