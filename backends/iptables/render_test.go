@@ -60,6 +60,21 @@ func readable(se *localv1.ServiceEndpoints, r *rendered) string {
 	return names(b.String()) + strings.Join(chains, "")
 }
 
+// twoEndpointChains are the nat chains of ns/web:p (10.96.0.10:80) with its
+// two endpoints, 10.244.1.5:8080 and 10.244.2.7:8080, local traffic told by
+// 10.244.0.0/16.
+const twoEndpointChains = `# nat KPNG-SEP-10.244.1.5:8080
+-A KPNG-SEP-10.244.1.5:8080 -s 10.244.1.5 -j KPNG-MARK-MASQ
+-A KPNG-SEP-10.244.1.5:8080 -m tcp -p tcp -j DNAT --to-destination 10.244.1.5:8080
+# nat KPNG-SEP-10.244.2.7:8080
+-A KPNG-SEP-10.244.2.7:8080 -s 10.244.2.7 -j KPNG-MARK-MASQ
+-A KPNG-SEP-10.244.2.7:8080 -m tcp -p tcp -j DNAT --to-destination 10.244.2.7:8080
+# nat KPNG-SVC-ns/web:p
+-A KPNG-SVC-ns/web:p -m comment --comment "ns/web:p cluster IP" -m tcp -p tcp -d 10.96.0.10 --dport 80 ! -s 10.244.0.0/16 -j KPNG-MARK-MASQ
+-A KPNG-SVC-ns/web:p -m statistic --mode random --probability 0.5000000000 -j KPNG-SEP-10.244.1.5:8080
+-A KPNG-SVC-ns/web:p -j KPNG-SEP-10.244.2.7:8080
+`
+
 func TestRender(t *testing.T) {
 	local := localDetector{ifLocal: []string{"-s", "10.244.0.0/16"}, ifNotLocal: []string{"!", "-s", "10.244.0.0/16"}}
 	cases := []struct {
@@ -73,17 +88,7 @@ func TestRender(t *testing.T) {
 		se:   svc("web", nil, ep("10.244.1.5", 8080, true), ep("10.244.2.7", 8080, false)),
 		want: `# nat
 -A KPNG-SERVICES -m comment --comment "ns/web:p cluster IP" -m tcp -p tcp -d 10.96.0.10 --dport 80 -j KPNG-SVC-ns/web:p
-# nat KPNG-SEP-10.244.1.5:8080
--A KPNG-SEP-10.244.1.5:8080 -s 10.244.1.5 -j KPNG-MARK-MASQ
--A KPNG-SEP-10.244.1.5:8080 -m tcp -p tcp -j DNAT --to-destination 10.244.1.5:8080
-# nat KPNG-SEP-10.244.2.7:8080
--A KPNG-SEP-10.244.2.7:8080 -s 10.244.2.7 -j KPNG-MARK-MASQ
--A KPNG-SEP-10.244.2.7:8080 -m tcp -p tcp -j DNAT --to-destination 10.244.2.7:8080
-# nat KPNG-SVC-ns/web:p
--A KPNG-SVC-ns/web:p -m comment --comment "ns/web:p cluster IP" -m tcp -p tcp -d 10.96.0.10 --dport 80 ! -s 10.244.0.0/16 -j KPNG-MARK-MASQ
--A KPNG-SVC-ns/web:p -m statistic --mode random --probability 0.5000000000 -j KPNG-SEP-10.244.1.5:8080
--A KPNG-SVC-ns/web:p -j KPNG-SEP-10.244.2.7:8080
-`,
+` + twoEndpointChains,
 	}, {
 		name: "no endpoints: reject in filter, no nat chain",
 		r:    renderer{local: local},
@@ -141,17 +146,7 @@ func TestRender(t *testing.T) {
 -A KPNG-EXT-ns/web:p -m comment --comment "masquerade LOCAL traffic for ns/web:p external destinations" -m addrtype --src-type LOCAL -j KPNG-MARK-MASQ
 -A KPNG-EXT-ns/web:p -m comment --comment "route LOCAL traffic for ns/web:p external destinations" -m addrtype --src-type LOCAL -j KPNG-SVC-ns/web:p
 -A KPNG-EXT-ns/web:p -j KPNG-SVL-ns/web:p
-# nat KPNG-SEP-10.244.1.5:8080
--A KPNG-SEP-10.244.1.5:8080 -s 10.244.1.5 -j KPNG-MARK-MASQ
--A KPNG-SEP-10.244.1.5:8080 -m tcp -p tcp -j DNAT --to-destination 10.244.1.5:8080
-# nat KPNG-SEP-10.244.2.7:8080
--A KPNG-SEP-10.244.2.7:8080 -s 10.244.2.7 -j KPNG-MARK-MASQ
--A KPNG-SEP-10.244.2.7:8080 -m tcp -p tcp -j DNAT --to-destination 10.244.2.7:8080
-# nat KPNG-SVC-ns/web:p
--A KPNG-SVC-ns/web:p -m comment --comment "ns/web:p cluster IP" -m tcp -p tcp -d 10.96.0.10 --dport 80 ! -s 10.244.0.0/16 -j KPNG-MARK-MASQ
--A KPNG-SVC-ns/web:p -m statistic --mode random --probability 0.5000000000 -j KPNG-SEP-10.244.1.5:8080
--A KPNG-SVC-ns/web:p -j KPNG-SEP-10.244.2.7:8080
-# nat KPNG-SVL-ns/web:p
+` + twoEndpointChains + `# nat KPNG-SVL-ns/web:p
 -A KPNG-SVL-ns/web:p -j KPNG-SEP-10.244.1.5:8080
 `,
 	}, {

@@ -271,6 +271,14 @@ func describe(exprs []expr.Any) string {
 	return strings.Join(out, "; ")
 }
 
+// exprsOf translates r, for a table of cases that look at the messages.
+func exprsOf(r ruleSpec) func(b *batch) error {
+	return func(b *batch) error {
+		_, err := r.exprs(b)
+		return err
+	}
+}
+
 // TestNetlinkSetMessages: the sets the netlink path creates carry the
 // attributes nft 1.0.6 sends for them (captured with nft --debug=mnl),
 // user data included: nft reads it back to print the elements.
@@ -282,42 +290,27 @@ func TestNetlinkSetMessages(t *testing.T) {
 		op   func(b *batch) error
 		want map[uint16][]byte // NFTA_SET_* of the NEWSET message
 	}{
-		{"dnat map, IPv4", ipv4, func(b *batch) error {
-			_, err := dnatMap{ipv4, "tcp", []netip.AddrPort{netip.MustParseAddrPort("10.0.1.5:8080"), netip.MustParseAddrPort("10.0.2.5:8080")}}.exprs(b)
-			return err
-		}, map[uint16][]byte{
+		{"dnat map, IPv4", ipv4, exprsOf(dnatMap{ipv4, "tcp", []netip.AddrPort{netip.MustParseAddrPort("10.0.1.5:8080"), netip.MustParseAddrPort("10.0.2.5:8080")}}), map[uint16][]byte{
 			unix.NFTA_SET_FLAGS: be32(0xb), unix.NFTA_SET_KEY_TYPE: be32(4), unix.NFTA_SET_KEY_LEN: be32(4),
 			unix.NFTA_SET_DATA_TYPE: be32(0x1cd), unix.NFTA_SET_DATA_LEN: be32(8),
 			unix.NFTA_SET_USERDATA: append(append(append([]byte{0, 4}, le(nil, 1)...), append([]byte{1, 4}, le(nil, 0)...)...), append([]byte{6, 4}, le(nil, 0)...)...),
 		}},
-		{"dnat map, IPv6", ipv6, func(b *batch) error {
-			_, err := dnatMap{ipv6, "tcp", []netip.AddrPort{netip.MustParseAddrPort("[fd01::5]:8080"), netip.MustParseAddrPort("[fd01::6]:8080")}}.exprs(b)
-			return err
-		}, map[uint16][]byte{
+		{"dnat map, IPv6", ipv6, exprsOf(dnatMap{ipv6, "tcp", []netip.AddrPort{netip.MustParseAddrPort("[fd01::5]:8080"), netip.MustParseAddrPort("[fd01::6]:8080")}}), map[uint16][]byte{
 			unix.NFTA_SET_FLAGS: be32(0xb), unix.NFTA_SET_KEY_TYPE: be32(4), unix.NFTA_SET_KEY_LEN: be32(4),
 			unix.NFTA_SET_DATA_TYPE: be32(0x20d), unix.NFTA_SET_DATA_LEN: be32(20),
 		}},
-		{"verdict map", ipv4, func(b *batch) error {
-			_, err := vmapGoto{[]string{"d", "d"}}.exprs(b)
-			return err
-		}, map[uint16][]byte{
+		{"verdict map", ipv4, exprsOf(vmapGoto{[]string{"d", "d"}}), map[uint16][]byte{
 			unix.NFTA_SET_FLAGS: be32(0xb), unix.NFTA_SET_KEY_TYPE: be32(4), unix.NFTA_SET_KEY_LEN: be32(4),
 			unix.NFTA_SET_DATA_TYPE: be32(0xffffff00), unix.NFTA_SET_DATA_LEN: be32(0),
 			unix.NFTA_SET_USERDATA: append(append(append(append([]byte{0, 4}, le(nil, 1)...), append([]byte{1, 4}, le(nil, 0)...)...),
 				append([]byte{4, 8, 0, 4}, append(le(nil, 1), 1, 0)...)...), append([]byte{6, 4}, le(nil, 0)...)...),
 		}},
-		{"source ranges, IPv4", ipv4, func(b *batch) error {
-			_, err := sourceRangesDrop{ipv4, []string{"192.168.0.0/24", "203.0.113.0/24", "203.0.113.7"}}.exprs(b)
-			return err
-		}, map[uint16][]byte{
+		{"source ranges, IPv4", ipv4, exprsOf(sourceRangesDrop{ipv4, []string{"192.168.0.0/24", "203.0.113.0/24", "203.0.113.7"}}), map[uint16][]byte{
 			unix.NFTA_SET_FLAGS: be32(7), unix.NFTA_SET_KEY_TYPE: be32(7), unix.NFTA_SET_KEY_LEN: be32(4),
 			unix.NFTA_SET_DESC:     {8, 0, 1, 0, 0, 0, 0, 5},
 			unix.NFTA_SET_USERDATA: {0, 4, 2, 0, 0, 0, 2, 4, 1, 0, 0, 0, 3, 0x14, 0, 4, 7, 0, 0, 0, 1, 0x0c, 0, 4, 0x0c, 0, 0, 0, 1, 4, 0x0b, 0, 0, 0},
 		}},
-		{"source ranges, IPv6", ipv6, func(b *batch) error {
-			_, err := sourceRangesDrop{ipv6, []string{"2001:db8::/64", "2001:db8:0:2::/64"}}.exprs(b)
-			return err
-		}, map[uint16][]byte{
+		{"source ranges, IPv6", ipv6, exprsOf(sourceRangesDrop{ipv6, []string{"2001:db8::/64", "2001:db8:0:2::/64"}}), map[uint16][]byte{
 			unix.NFTA_SET_FLAGS: be32(7), unix.NFTA_SET_KEY_TYPE: be32(8), unix.NFTA_SET_KEY_LEN: be32(16),
 			unix.NFTA_SET_DESC:     {8, 0, 1, 0, 0, 0, 0, 5},
 			unix.NFTA_SET_USERDATA: {0, 4, 2, 0, 0, 0, 2, 4, 1, 0, 0, 0, 3, 0x14, 0, 4, 7, 0, 0, 0, 1, 0x0c, 0, 4, 0x0d, 0, 0, 0, 1, 4, 0x08, 0, 0, 0},
