@@ -168,6 +168,17 @@ func ep(portName string, proto localv1.Protocol, ip string, p int32, flags ...st
 	}
 }
 
+// localLoadBalancer makes a service a LoadBalancer at lbIP with an
+// external policy Local, open to the source ranges.
+func localLoadBalancer(lbIP string, ranges ...string) svcOpt {
+	return withSvc(func(s *localv1.Service) {
+		s.Type = localv1.ServiceType_LOAD_BALANCER
+		s.LoadBalancerIps = []string{lbIP}
+		s.LoadBalancerSourceRanges = ranges
+		s.ExternalTrafficPolicy = localv1.TrafficPolicy_LOCAL
+	})
+}
+
 func withSvc(f func(*localv1.Service)) svcOpt {
 	return func(se *localv1.ServiceEndpoints) { f(se.Service) }
 }
@@ -183,12 +194,9 @@ func richServices() []*localv1.ServiceEndpoints {
 		// LoadBalancer, Local external policy, source ranges (one holds the
 		// node), an external IP.
 		service("ns", "lb", "10.96.0.6", port("https", tcp, 443, 30443, true),
+			localLoadBalancer("203.0.113.7", "192.168.0.0/24", "203.0.113.0/24"),
 			withSvc(func(s *localv1.Service) {
-				s.Type = localv1.ServiceType_LOAD_BALANCER
-				s.LoadBalancerIps = []string{"203.0.113.7"}
 				s.ExternalIps = []string{"198.51.100.7"}
-				s.LoadBalancerSourceRanges = []string{"192.168.0.0/24", "203.0.113.0/24"}
-				s.ExternalTrafficPolicy = localv1.TrafficPolicy_LOCAL
 				s.HealthCheckNodePort = 31000
 			}),
 			ep("https", tcp, "10.0.1.6", 8443, "cluster", "local", "here"), ep("https", tcp, "10.0.2.6", 8443, "cluster")),
@@ -212,12 +220,7 @@ func richServices() []*localv1.ServiceEndpoints {
 		// IPv6 LoadBalancer with Local policy and no local endpoint: drop
 		// external traffic, serve internal.
 		service("ns", "lb", "fd00:96::6", port("https", tcp, 443, 30443, true),
-			withSvc(func(s *localv1.Service) {
-				s.Type = localv1.ServiceType_LOAD_BALANCER
-				s.LoadBalancerIps = []string{"2001:db8::7"}
-				s.LoadBalancerSourceRanges = []string{"2001:db8::/64"}
-				s.ExternalTrafficPolicy = localv1.TrafficPolicy_LOCAL
-			}),
+			localLoadBalancer("2001:db8::7", "2001:db8::/64"),
 			ep("https", tcp, "fd01:2::6", 8443, "cluster")),
 	}
 }
