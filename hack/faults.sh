@@ -42,6 +42,7 @@ status=0
 KPNG_FAULTS_FULL=1 \
 	KPNG_FAULTS_VARIANTS=${KPNG_FAULTS_VARIANTS:-nft,nft-split,iptables,iptables-split,kube-proxy-nftables,kube-proxy-iptables} \
 	KPNG_FAULTS_MARKDOWN="${tmp}" \
+	KPNG_FAULTS_COMMIT="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!docs' || echo ' (with local changes)')" \
 	go test -tags e2e -count=1 -run '^TestFaults$' -v -timeout 3h ./test/e2e/faults/ || status=$?
 if [[ ! -s ${tmp} ]]; then
 	echo "faults.sh: the suite wrote no table (status ${status})" >&2

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/nftables"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -495,14 +494,12 @@ func (s *suite) repair(t *testing.T, r *row, dmg damage) {
 	}
 }
 
-// nftTableOwner is NFT_TABLE_F_OWNER (Linux 5.12): a table only the
-// netlink socket that created it may change, gone when that socket closes.
-const nftTableOwner = 0x2
-
 // refused makes the kernel refuse the proxy's transactions for one IP
 // family: node-1's IPv6 table of the proxy (nft: its own table; iptables:
 // ip6 nat, where iptables-nft writes) is replaced, atomically, by an empty
-// one that another process owns (an nf_tables owner table), so every
+// one that another process owns (an nf_tables owner table, Linux 5.12: only
+// the netlink socket that created it may change it, and it goes with that
+// socket), so every
 // transaction of the proxy's that touches it fails with EPERM. Another
 // Service changes every second meanwhile, so that the proxy keeps syncing.
 // The proxy must log the cause, keep the other family's rules (the IPv4
@@ -518,26 +515,42 @@ func (s *suite) refused(t *testing.T, r *row) {
 		table = "kpng"
 	}
 	before := ruleCount(t, n1)
-	ns, err := os.Open(n1.NS.Path())
+	// The owner: nft reading commands from a pipe, its netlink socket open
+	// until the pipe closes. One line is one transaction.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	owner := n1.NS.Command(ctx, "nft", "-i")
+	stdin, err := owner.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ns.Close()
-	owner, err := nftables.New(nftables.AsLasting(), nftables.WithNetNSFd(int(ns.Fd())))
-	if err != nil {
+	var ownerOut strings.Builder
+	owner.Stdout, owner.Stderr = &ownerOut, &ownerOut
+	if err := owner.Start(); err != nil {
 		t.Fatal(err)
 	}
 	closed := false
-	defer func() {
+	release := func() {
 		if !closed {
-			owner.CloseLasting()
+			closed = true
+			stdin.Close()
+			owner.Wait()
 		}
-	}()
+	}
+	defer release()
 	mark := p.Mark()
-	owner.DelTable(&nftables.Table{Family: nftables.TableFamilyIPv6, Name: table})
-	owner.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv6, Name: table, Flags: nftTableOwner})
-	if err := owner.Flush(); err != nil {
-		t.Fatalf("replacing table ip6 %s by an owned one: %v", table, err)
+	if _, err := fmt.Fprintf(stdin, "delete table ip6 %s; add table ip6 %s { flags owner; }\n", table, table); err != nil {
+		t.Fatal(err)
+	}
+	for asked := time.Now(); ; {
+		out, _ := n1.Run("nft", "list", "table", "ip6", table)
+		if strings.Contains(out, "flags owner") {
+			break
+		}
+		if time.Since(asked) > time.Minute {
+			t.Fatalf("the owner table never showed; nft -i said: %s", ownerOut.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polling the kernel
 	}
 
 	changes := 0
@@ -562,19 +575,23 @@ func (s *suite) refused(t *testing.T, r *row) {
 	// transactions.
 	syncFails := regexp.MustCompile(`(?m)^.*Sync failed.*$`).FindAllString(since, -1)
 	refusals := regexp.MustCompile(`(?m)^.*(Sync failed|failed; will retry|Failed to execute|[Ss]ync failed|[Ff]ailed to).*$`).FindAllString(since, -1)
+	// The cause as logged: the kernel's EPERM where the log quotes it (klog
+	// may put a multi-line error on the following lines), else the error
+	// of the first failure.
 	cause := "not named"
 	if m := regexp.MustCompile(`(?i)[^"\n]*(operation not permitted|EPERM)[^"\n]*`).FindString(since); m != "" {
 		cause = strings.TrimSpace(m)
-		if len(cause) > 100 {
-			cause = cause[:100] + "..."
+	} else if len(refusals) > 0 {
+		if m := regexp.MustCompile(`err="([^"]+)"`).FindStringSubmatch(refusals[0]); m != nil {
+			cause = m[1]
 		}
+	}
+	if len(cause) > 100 {
+		cause = cause[:100] + "..."
 	}
 
 	// The owner goes, and its table with it: the proxy repairs.
-	if err := owner.CloseLasting(); err != nil {
-		t.Fatal(err)
-	}
-	closed = true
+	release()
 	fixed := time.Now()
 	for ruleCount(t, n1) < before {
 		if time.Since(fixed) > 2*time.Minute {

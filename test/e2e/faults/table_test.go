@@ -78,8 +78,12 @@ func (tb *table) markdown(took time.Duration) string {
 	var b strings.Builder
 	b.WriteString("<!-- Written by hack/faults.sh from test/e2e/faults; do not edit. -->\n")
 	b.WriteString("# Reliability: the fault suite\n\n")
-	fmt.Fprintf(&b, "Measured by `hack/faults.sh` on %s (%s, %d CPUs), in %v.\n",
-		time.Now().UTC().Format("2006-01-02"), kernelRelease(), numCPU(), took.Round(time.Second))
+	at := ""
+	if c := os.Getenv("KPNG_FAULTS_COMMIT"); c != "" {
+		at = " at commit " + c
+	}
+	fmt.Fprintf(&b, "Measured by `hack/faults.sh`%s on %s (%s, %d CPUs shared with other work), in %v.\n",
+		at, time.Now().UTC().Format("2006-01-02"), kernelRelease(), numCPU(), took.Round(time.Second))
 	b.WriteString(`Each fault runs under constant probe traffic: every 20 ms, a new TCP connection
 and a new UDP socket from a pod to a ClusterIP, and new TCP connections from a
 host outside the cluster to a NodePort, a LoadBalancer IP and a local-policy
