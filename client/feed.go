@@ -128,25 +128,12 @@ func (f *Feed) receive(ctx context.Context) {
 	client := localv1.NewWatchClient(f.conn)
 	s := &session.Session[*localv1.Op]{O: f.o, Name: "localv1", Proto: session.Protocol[*localv1.Op]{
 		Open: func(ctx context.Context, instance, revision uint64) (*session.Stream[*localv1.Op], error) {
-			sctx, cancel := context.WithCancel(ctx)
-			st, err := client.Watch(sctx)
-			if err == nil {
-				err = st.Send(&localv1.WatchRequest{NodeName: f.node, ServiceProxyName: f.o.ServiceProxyName, InstanceId: instance, Revision: revision})
-			}
-			if err != nil {
-				cancel()
-				return nil, err
-			}
-			return &session.Stream[*localv1.Op]{
-				Ask: func(instance, revision uint64) error {
-					return st.Send(&localv1.WatchRequest{InstanceId: instance, Revision: revision})
+			return session.OpenStream(ctx, client.Watch,
+				&localv1.WatchRequest{NodeName: f.node, ServiceProxyName: f.o.ServiceProxyName, InstanceId: instance, Revision: revision},
+				func(instance, revision uint64) *localv1.WatchRequest {
+					return &localv1.WatchRequest{InstanceId: instance, Revision: revision}
 				},
-				Recv: func() ([]*localv1.Op, error) {
-					m, err := st.Recv()
-					return m.GetOps(), err
-				},
-				Cancel: cancel,
-			}, nil
+				(*localv1.Ops).GetOps)
 		},
 		Sync: func(op *localv1.Op) (uint64, uint64, bool) {
 			s := op.GetSync()

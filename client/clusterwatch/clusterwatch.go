@@ -22,6 +22,11 @@ import (
 // whose InstanceID and Revision the batch carries.
 type Batch = session.Batch[*globalv1.Op]
 
+// request asks for the batch after the position (instance, revision).
+func request(instance, revision uint64) *globalv1.WatchRequest {
+	return &globalv1.WatchRequest{InstanceId: instance, Revision: revision}
+}
+
 // Watch streams the cluster state from the server on conn (see
 // client.Dial) into apply, one batch at a time: the next batch is asked for
 // only when apply returned, so it holds everything that changed meanwhile.
@@ -33,25 +38,7 @@ func Watch(ctx context.Context, conn *grpc.ClientConn, apply func(Batch) error, 
 	wc := globalv1.NewWatchClient(conn)
 	s := &session.Session[*globalv1.Op]{O: session.Build(opts), Name: "globalv1", Proto: session.Protocol[*globalv1.Op]{
 		Open: func(ctx context.Context, instance, revision uint64) (*session.Stream[*globalv1.Op], error) {
-			sctx, cancel := context.WithCancel(ctx)
-			st, err := wc.Watch(sctx)
-			if err == nil {
-				err = st.Send(&globalv1.WatchRequest{InstanceId: instance, Revision: revision})
-			}
-			if err != nil {
-				cancel()
-				return nil, err
-			}
-			return &session.Stream[*globalv1.Op]{
-				Ask: func(instance, revision uint64) error {
-					return st.Send(&globalv1.WatchRequest{InstanceId: instance, Revision: revision})
-				},
-				Recv: func() ([]*globalv1.Op, error) {
-					m, err := st.Recv()
-					return m.GetOps(), err
-				},
-				Cancel: cancel,
-			}, nil
+			return session.OpenStream(ctx, wc.Watch, request(instance, revision), request, (*globalv1.Ops).GetOps)
 		},
 		Sync: func(op *globalv1.Op) (uint64, uint64, bool) {
 			s := op.GetSync()

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -169,4 +170,29 @@ func (s *Session[O]) Close() {
 		s.cur.Cancel()
 		s.cur = nil
 	}
+}
+
+// OpenStream opens a Stream over the bidirectional Watch call that watch
+// starts: first is the request that opens it, ask makes the request of
+// each next batch, and ops reads a message's operations.
+func OpenStream[Req, Msg any, O any](ctx context.Context,
+	watch func(context.Context, ...grpc.CallOption) (grpc.BidiStreamingClient[Req, Msg], error),
+	first *Req, ask func(instance, revision uint64) *Req, ops func(*Msg) []O) (*Stream[O], error) {
+	sctx, cancel := context.WithCancel(ctx)
+	st, err := watch(sctx)
+	if err == nil {
+		err = st.Send(first)
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &Stream[O]{
+		Ask: func(instance, revision uint64) error { return st.Send(ask(instance, revision)) },
+		Recv: func() ([]O, error) {
+			m, err := st.Recv()
+			return ops(m), err
+		},
+		Cancel: cancel,
+	}, nil
 }
