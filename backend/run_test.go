@@ -33,15 +33,20 @@ type recorder struct {
 	mu    sync.Mutex
 	calls []call
 	gate  chan struct{} // if set, each Sync waits for a receive
-	fail  int           // the next fail calls return an error
-	delay time.Duration // each Sync takes this long
-	full  bool          // LastSyncFull's answer, when reporting
-	got   chan call
+	// entered, if set, is sent on when a Sync starts (before the gate).
+	entered chan struct{}
+	fail    int           // the next fail calls return an error
+	delay   time.Duration // each Sync takes this long
+	full    bool          // LastSyncFull's answer, when reporting
+	got     chan call
 }
 
 func newRecorder() *recorder { return &recorder{got: make(chan call, 100)} }
 
 func (r *recorder) Sync(ctx context.Context, st *backend.State, ch backend.Changes) error {
+	if r.entered != nil {
+		r.entered <- struct{}{}
+	}
 	if r.gate != nil {
 		select {
 		case <-r.gate:
@@ -144,7 +149,7 @@ func TestNothingBeforeTheSourceSynced(t *testing.T) {
 func TestSlowBackendGetsCoalescedChanges(t *testing.T) {
 	store := cluster.NewStore()
 	rec := newRecorder()
-	rec.gate = make(chan struct{})
+	rec.gate, rec.entered = make(chan struct{}), make(chan struct{}, 10)
 	start(t, store, rec, backend.Options{})
 	store.Update(func(tx *cluster.Tx) {
 		tx.SetService(service("a", "10.96.0.1"))
@@ -153,10 +158,15 @@ func TestSlowBackendGetsCoalescedChanges(t *testing.T) {
 	store.MarkSynced()
 	rec.gate <- struct{}{}
 	rec.next(t)
+	<-rec.entered // the first Sync's
 
 	// The second Sync blocks in the gate while three more revisions land.
 	store.Update(func(tx *cluster.Tx) { tx.SetService(service("b", "10.96.0.2")) })
-	time.Sleep(20 * time.Millisecond) // let backend.Run enter Sync with the first change
+	select { // backend.Run is in Sync with the first change
+	case <-rec.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no Sync after a change within 10s")
+	}
 	store.Update(func(tx *cluster.Tx) { tx.SetEndpointSlice(slice("a", "a-1", "10.0.0.1")) })
 	store.Update(func(tx *cluster.Tx) { tx.DeleteService("ns", "gone") })
 	store.Update(func(tx *cluster.Tx) { tx.SetService(service("c", "10.96.0.3")) })
