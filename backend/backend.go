@@ -19,6 +19,11 @@
 //
 // A backend makes itself available as the command "to-<name>" by calling
 // [Register] from an init function; see [Plugin].
+//
+// The package imports the view types (api/localv1) and the standard library
+// only, so that a backend's module pulls neither client-go nor kpng's brain
+// (deps_test.go checks it). It logs through log/slog ([Options].Logger).
+// The in-process feed is package local; the gRPC one, package client.
 package backend
 
 import (
