@@ -13,7 +13,8 @@
 # host's network or firewall:
 #   - cp: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, and
 #     e2e.test itself (10.99.0.10);
-#   - n1..nN: containerd and a kubelet (10.99.0.1N), pod CIDR 10.244.N.0/24
+#   - n1..nN: containerd and a kubelet (10.99.0.1N, hostname nN in a UTS
+#     namespace of its own), pod CIDR 10.244.N.0/24
 #     on a CNI bridge, routes to the other nodes' pod CIDRs. Each node also
 #     has a mount namespace of its own, in which /run and /var/log are
 #     private tmpfs (CNI netns files, xtables lock, container logs) and the
@@ -68,7 +69,7 @@ while (($#)); do
 	--record) record=1; shift ;;
 	--keep) keep=1; shift ;;
 	--build-only) build_only=1; shift ;;
-	-h | --help) sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,47p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "e2e-node.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -263,7 +264,7 @@ pids=()
 export KUBECONFIG="${R}/admin.kubeconfig"
 
 in_cp() { nsenter --net="/run/netns/${cpns}" -- "$@"; }
-in_node() { local i="$1"; shift; nsenter --mount="${R}/n${i}/mntns" --net="/run/netns/${pfx}-n${i}" -- "$@"; }
+in_node() { local i="$1"; shift; nsenter --mount="${R}/n${i}/mntns" --uts="${R}/n${i}/utsns" --net="/run/netns/${pfx}-n${i}" -- "$@"; }
 kubectl() { in_cp "${bin}/kubectl" --kubeconfig "${KUBECONFIG}" "$@"; }
 
 cleanup() {
@@ -292,6 +293,7 @@ cleanup() {
 	# netns files) and goes away with its last process and this bind.
 	for ((i = 1; i <= nodes; i++)); do
 		[[ -e "${R}/n${i}/mntns" ]] && umount -l "${R}/n${i}/mntns" 2>/dev/null || true
+		[[ -e "${R}/n${i}/utsns" ]] && umount -l "${R}/n${i}/utsns" 2>/dev/null || true
 	done
 	grep -F " ${R}/" /proc/self/mountinfo | awk '{print $5}' | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
 	# cgroups, deepest first, in every hierarchy.
@@ -440,6 +442,10 @@ node_up() {
 	printf 10 >"${d}/sysctl/panic"
 	printf 1 >"${d}/sysctl/panic_on_oops"
 	printf 0 >"${d}/sysctl/panic_on_oom"
+	# Its own hostname too: a host-network pod's hostname is its node's
+	# name (upstream's specs compare them).
+	touch "${d}/utsns"
+	unshare --uts="${d}/utsns" hostname "n${i}"
 	touch "${d}/mntns"
 	unshare --mount="${d}/mntns" --propagation private sh -ec "
 		mount -t tmpfs tmpfs /run
