@@ -46,11 +46,12 @@ type Config struct {
 // DefaultConfig is kube-proxy v1.36's nftables-mode defaults, but for
 // MinSyncPeriod: kube-proxy waits at least 1 s between syncs because each
 // of its syncs recomputes every service; a sync here writes only what
-// changed (milliseconds at 10,000 services), so 100 ms bounds the kernel
-// commits to ten a second without making every change wait up to a second.
-// (kpng proxy passes the configuration's minSyncPeriod, 1 s by default, as
-// kube-proxy does.) FullSyncPeriod is how often a periodic sync reads the
-// tables back and repairs any difference; the periodic syncs in between
+// changed (about a millisecond at 10,000 services), so 10 ms is enough to
+// batch a burst of changes and bound the kernel commits without holding a
+// change back. (kpng proxy uses this default too when its configuration
+// leaves minSyncPeriod unset, and honours any value given, as kube-proxy
+// does: docs/config.md.) FullSyncPeriod is how often a periodic sync reads
+// the tables back and repairs any difference; the periodic syncs in between
 // only check the tables' fixed chains (see check.go).
 func DefaultConfig() Config {
 	return Config{
@@ -58,7 +59,7 @@ func DefaultConfig() Config {
 			NodePortAddresses:  []string{"primary"},
 			MasqueradeBit:      14,
 			DetectLocalMode:    host.LocalModeClusterCIDR,
-			MinSyncPeriod:      100 * time.Millisecond,
+			MinSyncPeriod:      10 * time.Millisecond,
 			SyncPeriod:         30 * time.Second,
 			FullSyncPeriod:     time.Hour,
 			HealthzBindAddress: "0.0.0.0:10256",

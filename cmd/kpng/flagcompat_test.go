@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	cliflag "k8s.io/component-base/cli/flag"
 
+	"github.com/kpng/kpng/backend"
 	"github.com/kpng/kpng/brain"
 )
 
@@ -106,7 +107,7 @@ func proxyArgs(t *testing.T, args ...string) (*cfg, []string, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, err
 	}
-	return resolveConfig(fs, flags)
+	return resolveConfig(fs, flags, backend.Lookup)
 }
 
 // TestNoKubeProxyFlagIsSilentlyIgnored gives each of kube-proxy's flags

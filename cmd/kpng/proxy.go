@@ -92,14 +92,17 @@ func proxyCommand(deps proxyDeps) *cobra.Command {
 }
 
 // resolveConfig reads the file (if any), applies the flags given, then
-// validates the result and honours configHardFail. Warnings are for the log.
-func resolveConfig(fs *pflag.FlagSet, flags *proxyFlags) (*config.KubeProxyConfiguration, []string, error) {
+// validates the result and honours configHardFail. When neither the file
+// nor a flag sets minSyncPeriod, the backend of the mode (found by lookup)
+// gives it (see backendMinSyncPeriod). Warnings are for the log.
+func resolveConfig(fs *pflag.FlagSet, flags *proxyFlags, lookup func(string) (backend.Registration, bool)) (*config.KubeProxyConfiguration, []string, error) {
 	// Without a file, kube-proxy's own (v1alpha1) defaults, as kube-proxy.
 	c, err := config.DefaultV1Alpha1()
 	if err != nil {
 		return nil, nil, err
 	}
 	var warnings []string
+	var fileSet config.FieldSet
 	if flags.configFile != "" {
 		data, err := os.ReadFile(flags.configFile)
 		if err != nil {
@@ -116,7 +119,7 @@ func resolveConfig(fs *pflag.FlagSet, flags *proxyFlags) (*config.KubeProxyConfi
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", flags.configFile, err)
 		}
-		c, warnings = loaded.Config, loaded.Warnings
+		c, warnings, fileSet = loaded.Config, loaded.Warnings, loaded.Set
 	}
 	applied, err := flags.apply(fs, c)
 	if err != nil {
@@ -125,6 +128,12 @@ func resolveConfig(fs *pflag.FlagSet, flags *proxyFlags) (*config.KubeProxyConfi
 	if ignored := ignoredByKubeProxy(applied); flags.configFile != "" && len(ignored) > 0 {
 		warnings = append(warnings, fmt.Sprintf("%s override %s in kpng; kube-proxy would ignore them, as it ignores every flag but --hostname-override and the logging flags when --config is given",
 			strings.Join(ignored, ", "), flags.configFile))
+	}
+	// Before validation, which checks it against syncPeriod.
+	if !minSyncPeriodGiven(fs, fileSet, c.Mode) {
+		if d, ok := backendMinSyncPeriod(c.Mode, lookup); ok {
+			c.MinSyncPeriod = min(d, c.SyncPeriod)
+		}
 	}
 	warnings = append(warnings, flags.deprecatedPorts(fs, c)...)
 	warnings = append(warnings, unusedFlags(fs, applied)...)
@@ -152,6 +161,44 @@ func resolveConfig(fs *pflag.FlagSet, flags *proxyFlags) (*config.KubeProxyConfi
 	return checked, warnings, nil
 }
 
+// minSyncPeriodGiven reports whether the configuration file (fileSet: the
+// fields it set, as Load reads them: a v1alpha1 file's per-mode section
+// counts for the mode that uses it) or a flag of mode (kube-proxy's
+// --iptables-min-sync-period outside ipvs mode, --ipvs-min-sync-period in
+// it) sets minSyncPeriod. Presence is what counts, not the value: a v1alpha1
+// file's explicit nftables.minSyncPeriod: 0s is given (and v1alpha1's
+// defaulting made it 1s, as kube-proxy's does).
+func minSyncPeriodGiven(fs *pflag.FlagSet, fileSet config.FieldSet, mode config.ProxyMode) bool {
+	if fileSet.Has("minSyncPeriod") {
+		return true
+	}
+	if mode == config.ProxyModeIPVS {
+		return fs.Changed("ipvs-min-sync-period")
+	}
+	return fs.Changed("iptables-min-sync-period")
+}
+
+// backendMinSyncPeriod is the default --min-sync-period of the backend that
+// runs mode, when it has the flag. kube-proxy's 1 s amortises syncs that
+// rewrite every service; a backend whose sync writes only what changed (the
+// nft backend) defaults to much less, and a configuration that leaves
+// minSyncPeriod unset gets that, not kube-proxy's.
+func backendMinSyncPeriod(mode config.ProxyMode, lookup func(string) (backend.Registration, bool)) (time.Duration, bool) {
+	reg, err := lookupBackend(mode, lookup)
+	if err != nil {
+		return 0, false // reported when the backend is looked up to run
+	}
+	f := pluginFlags(reg.Name, reg.New()).Lookup("min-sync-period")
+	if f == nil {
+		return 0, false
+	}
+	d, err := time.ParseDuration(f.DefValue)
+	if err != nil {
+		return 0, false
+	}
+	return d, true
+}
+
 // normalizeHostname trims and lower-cases a node name, as kube-proxy does
 // with hostnameOverride (file or flag) and with the host's name.
 func normalizeHostname(name string) string {
@@ -160,7 +207,7 @@ func normalizeHostname(name string) string {
 
 func runProxy(ctx context.Context, fs *pflag.FlagSet, flags *proxyFlags, deps proxyDeps) error {
 	logger := klog.FromContext(ctx)
-	c, warnings, err := resolveConfig(fs, flags)
+	c, warnings, err := resolveConfig(fs, flags, deps.lookup)
 	if err != nil {
 		return err
 	}

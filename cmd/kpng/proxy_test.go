@@ -27,6 +27,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/backends/nft"
 	"github.com/kpng/kpng/config"
 	"github.com/kpng/kpng/source/file"
 )
@@ -52,10 +53,9 @@ func testRoot(deps proxyDeps) *cobra.Command {
 // failingDeps are deps for tests that must stop before running anything.
 func failingDeps(t *testing.T) proxyDeps {
 	return proxyDeps{
-		lookup: func(string) (backend.Registration, bool) {
-			t.Error("unexpected backend lookup")
-			return backend.Registration{}, false
-		},
+		// Looking a backend up is allowed: a configuration without
+		// minSyncPeriod takes the backend's default.
+		lookup: backend.Lookup,
 		source: func(*config.KubeProxyConfiguration, string, string) (stage, error) {
 			t.Error("unexpected source")
 			return nil, errors.New("no source")
@@ -298,6 +298,9 @@ func TestProxyWithoutConfigUsesKubeProxyDefaultsAndFlags(t *testing.T) {
 		t.Errorf("not v1alpha1's defaults: bindAddressHardFail %t, localhostNodePorts %t", want.BindAddressHardFail, want.IPTables.LocalhostNodePorts)
 	}
 	want.Mode, want.ClientConnection.Kubeconfig = config.ProxyModeNFTables, "/k"
+	// But for minSyncPeriod, which nothing set: the backend's default
+	// (TestMinSyncPeriodUnsetTakesTheBackendDefault).
+	want.MinSyncPeriod = nft.DefaultConfig().MinSyncPeriod
 	if !equality.Semantic.DeepEqual(c, want) {
 		t.Errorf("got %+v\nwant %+v", c, want)
 	}
