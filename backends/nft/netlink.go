@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/nftables/expr"
+	"github.com/kpng/kpng/proxyutil/nfmonitor"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 	"k8s.io/component-base/metrics"
@@ -69,7 +70,10 @@ type nlTable struct {
 	fam   family
 	table string
 	conn  *netlink.Conn
-	seq   uint32
+	// forget unregisters conn's port id as this process's own writer
+	// (nfmonitor.OwnSocket).
+	forget func()
+	seq    uint32
 	// Anonymous maps are named "__map-kpng-NONCE-N" (see anonMap), N
 	// counting up from anon. The nonce is random per process: a new process
 	// does not know which names its predecessor used. (The kernel names
@@ -489,13 +493,12 @@ func (w *nlTable) send(ctx context.Context, msgs []netlink.Message) error {
 		}
 		// Errors then say which attribute the kernel rejected.
 		_ = c.SetOption(netlink.ExtendedAcknowledge, true)
-		w.conn = c
+		w.conn, w.forget = c, nfmonitor.OwnSocket(c.PID())
 	}
 	err := w.sendBatch(ctx, msgs)
 	if err != nil {
 		// The socket may hold replies we did not read: start afresh.
-		w.conn.Close()
-		w.conn = nil
+		w.close()
 	}
 	return err
 }
@@ -568,7 +571,8 @@ func (w *nlTable) setSendBuffer(n int) error {
 func (w *nlTable) close() {
 	if w.conn != nil {
 		w.conn.Close()
-		w.conn = nil
+		w.forget()
+		w.conn, w.forget = nil, nil
 	}
 }
 

@@ -50,11 +50,13 @@ func (e Event) String() string {
 }
 
 // ownWriters are the pids of commands this process started to write rules
-// (see Started), with when they were registered.
+// (see Started), with when they were registered, and the netlink port ids
+// of the sockets it writes through itself (see OwnSocket).
 var ownWriters = struct {
 	sync.Mutex
-	pids map[uint32]time.Time
-}{pids: map[uint32]time.Time{}}
+	pids    map[uint32]time.Time
+	sockets map[uint32]int // port id: how many open sockets have it
+}{pids: map[uint32]time.Time{}, sockets: map[uint32]int{}}
 
 // ownWriterTTL is how long a registered pid is taken as ours: far longer
 // than a restore runs, short enough that a reused pid is not.
@@ -75,10 +77,38 @@ func Started(pid int) {
 	ownWriters.pids[uint32(pid)] = now
 }
 
-// isOwn reports whether pid committed on this process's behalf. The
-// kernel reports the committing task, a thread id: a write through netlink
-// from any of this process's threads is ours.
-func isOwn(pid uint32) bool {
+// OwnSocket registers the netlink port id of a socket this process writes
+// rules through (netlink.Conn's PID), so that its transactions are not
+// reported as someone else's even where the kernel's pid for the writer
+// means nothing here: in a container with a PID namespace of its own, the
+// kernel names the writer by its pid in the host's namespace. The returned
+// func unregisters it; call it when the socket is closed.
+func OwnSocket(portID uint32) (forget func()) {
+	ownWriters.Lock()
+	defer ownWriters.Unlock()
+	ownWriters.sockets[portID]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			ownWriters.Lock()
+			defer ownWriters.Unlock()
+			if ownWriters.sockets[portID]--; ownWriters.sockets[portID] <= 0 {
+				delete(ownWriters.sockets, portID)
+			}
+		})
+	}
+}
+
+// isOwn reports whether a transaction was committed on this process's
+// behalf. The kernel gives two names for the writer: pid, the committing
+// task (a thread id, in the host's PID namespace), and portID, the netlink
+// port of the socket the transaction came through. In the host's PID
+// namespace a write from any of this process's threads is known by pid; in
+// a PID namespace of its own (a container) by the port id: that of a socket
+// registered with OwnSocket, or of a command registered with Started (a
+// process's first netlink socket gets its pid, as this namespace counts,
+// for port id).
+func isOwn(pid, portID uint32) bool {
 	if pid == uint32(os.Getpid()) {
 		return true
 	}
@@ -87,8 +117,15 @@ func isOwn(pid uint32) bool {
 	}
 	ownWriters.Lock()
 	defer ownWriters.Unlock()
-	t, ok := ownWriters.pids[pid]
-	return ok && time.Since(t) <= ownWriterTTL
+	if ownWriters.sockets[portID] > 0 {
+		return true
+	}
+	for _, id := range [2]uint32{pid, portID} {
+		if t, ok := ownWriters.pids[id]; ok && time.Since(t) <= ownWriterTTL {
+			return true
+		}
+	}
+	return false
 }
 
 // Watcher receives nf_tables notifications in the network namespace it was
@@ -144,7 +181,7 @@ func (w *Watcher) Run(ctx context.Context, match func(Event) bool, changed func(
 			switch {
 			case !ok:
 			case gen != nil:
-				if len(pending) > 0 && !isOwn(gen.pid) {
+				if len(pending) > 0 && !isOwn(gen.pid, gen.portID) {
 					changed(pending)
 				}
 				pending = nil
@@ -155,8 +192,9 @@ func (w *Watcher) Run(ctx context.Context, match func(Event) bool, changed func(
 	}
 }
 
-// generation is the end of a committed transaction.
-type generation struct{ pid uint32 }
+// generation is the end of a committed transaction: the writer's pid (in
+// the host's PID namespace) and the netlink port id of its socket.
+type generation struct{ pid, portID uint32 }
 
 const subsysNFTables = 10 // NFNL_SUBSYS_NFTABLES
 
@@ -174,7 +212,7 @@ func decode(m netlink.Message) (Event, *generation, bool) {
 	}
 	ad.ByteOrder = binary.BigEndian // nf_tables puts its numbers in network order
 	if typ == unix.NFT_MSG_NEWGEN {
-		g := &generation{}
+		g := &generation{portID: m.Header.PID}
 		for ad.Next() {
 			if ad.Type() == unix.NFTA_GEN_PROC_PID {
 				g.pid = ad.Uint32()
