@@ -751,6 +751,15 @@ smoke_test() {
 		wait_for "NodePort 10.99.0.1${i}:${np} from a pod" 60 kubectl exec smoke-client -- curl -sf --max-time 2 "http://10.99.0.1${i}:${np}/hostname"
 		log "a pod reached NodePort 10.99.0.1${i}:${np}"
 	done
+	# kpng must know its own writes from someone else's inside its pod (a
+	# PID namespace of its own): no repair was called for.
+	if [[ ${proxy} == kpng ]]; then
+		local ds=kpng repairs
+		((split == 0)) || ds=kpng-agent
+		repairs="$(kubectl -n kube-system logs -l "k8s-app=${ds}" --tail=-1 | grep -c "behind kpng's back" || true)"
+		((repairs == 0)) || die "kpng took its own writes for someone else's ${repairs} time(s) (see its logs)"
+		log "no repair: kpng told its own writes from others' in its pod"
+	fi
 	log "smoke passed in $((SECONDS - s))s (whole run so far $((SECONDS - t0))s)"
 }
 
