@@ -153,13 +153,12 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, ba
 	}
 	if !p.Config.DryRun {
 		b.watch.resyncNow = make(chan struct{}, 1)
-		if err := b.watchKernel(ctx); err != nil {
-			b.watch.resyncNow = nil
-			b.log.Info("Cannot watch the nftables tables; repairs wait for the periodic check", "err", err)
-		}
-	}
-	if b.watch.resyncNow != nil {
 		opts.ResyncNow = b.watch.resyncNow
+		b.watch.start = func() {
+			if err := b.watchKernel(ctx); err != nil {
+				b.log.Info("Cannot watch the nftables tables; repairs wait for the periodic check", "err", err)
+			}
+		}
 	}
 	// A periodic sync checks the fixed chains and rewrites only when the
 	// check fails: the backend tells which it did.

@@ -97,6 +97,7 @@ func (b *Backend) Sync(ctx context.Context, state *backend.State, changes backen
 			b.log.V(2).Info("Synced nftables table", "family", st.Family, "full", st.Full, "operations", st.Operations, "netlink", st.Netlink, "took", b.now().Sub(start))
 		}
 	}
+	b.watch.startAfterFirstSync()
 	return nil
 }
 

@@ -19,6 +19,25 @@ type kernelWatch struct {
 	resyncNow chan struct{}
 	// repair: the next Resync reads the tables back.
 	repair atomic.Bool
+	// start subscribes (see startAfterFirstSync); nil once done, or when
+	// the backend does not watch.
+	start func()
+}
+
+// startAfterFirstSync subscribes to the kernel's notifications, once,
+// after the first successful sync. Subscribed during the cold sync, the
+// backend made the kernel build and queue a notification for each of its
+// own ~150,000 operations at 10,000 services (one per set element): the
+// cold sync took 2.6 times as long, and the socket overflowed, which asked
+// for a repair (a read-back of the whole table) right after it
+// (docs/performance.md, "Cold start"). Those notifications would all have
+// been ignored (they are the backend's own), and the first sync writes
+// whatever the table lacks, so nothing is missed until it ends.
+func (w *kernelWatch) startAfterFirstSync() {
+	if start := w.start; start != nil {
+		w.start = nil
+		start()
+	}
 }
 
 // watchKernel subscribes to nf_tables notifications about the backend's
