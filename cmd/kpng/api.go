@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/kpng/kpng/cluster"
 	"github.com/kpng/kpng/source/remote"
 )
 
@@ -20,7 +21,7 @@ agent: one API-server watch, in the serving kpng, feeds many nodes.
 		Args: cobra.NoArgs,
 	}
 	api.bind(cmd.PersistentFlags())
-	cmd.AddCommand(sinkCommands(func(sourceOptions) (stage, error) { // the whole cluster comes anyway
+	cmd.AddCommand(sinkCommands(func(sourceOptions) (cluster.Stage, error) { // the whole cluster comes anyway
 		opts, err := api.options()
 		if err != nil {
 			return nil, err

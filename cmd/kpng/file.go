@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kpng/kpng/cluster"
 	"github.com/kpng/kpng/source/file"
 )
 
@@ -19,7 +20,7 @@ every change publishes its new content.`,
 		Args: cobra.NoArgs,
 	}
 	cmd.PersistentFlags().StringVarP(&src.Path, "input", "i", "", "the file to read (required)")
-	cmd.AddCommand(sinkCommands(func(sourceOptions) (stage, error) {
+	cmd.AddCommand(sinkCommands(func(sourceOptions) (cluster.Stage, error) {
 		if src.Path == "" {
 			return nil, errors.New("file: --input is required")
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/kpng/kpng/cluster"
 	"github.com/kpng/kpng/source/kube"
 )
 
@@ -27,7 +28,7 @@ the API server is unreachable the last state is kept, and retried with backoff.
 	fs.Float32Var(&cc.QPS, "kube-api-qps", cc.QPS, "requests per second to the API server")
 	fs.IntVar(&cc.Burst, "kube-api-burst", cc.Burst, "burst of requests to the API server")
 	fs.StringVar(&cc.ContentType, "kube-api-content-type", cc.ContentType, "content type of requests to the API server")
-	cmd.AddCommand(sinkCommands(func(o sourceOptions) (stage, error) {
+	cmd.AddCommand(sinkCommands(func(o sourceOptions) (cluster.Stage, error) {
 		config, err := cc.RESTConfig()
 		if err != nil {
 			return nil, err

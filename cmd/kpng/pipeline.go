@@ -3,9 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -14,55 +11,15 @@ import (
 
 	"github.com/kpng/kpng/brain"
 	"github.com/kpng/kpng/cluster"
+	"github.com/kpng/kpng/kubeproxy"
 	"github.com/kpng/kpng/sink/tofile"
 )
 
-// stage is a running part of a pipeline: a source fills the store, a sink
-// consumes it.
-type stage interface {
-	Run(ctx context.Context, store *cluster.Store) error
-}
-
-// run runs a source and a sink over one store until the sink returns (a
-// one-shot sink), either fails, or ctx ends.
-func run(ctx context.Context, source, sink stage) error {
-	store := cluster.NewStore()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	srcDone := make(chan error, 1)
-	go func() { srcDone <- source.Run(ctx, store) }()
-	sinkDone := make(chan error, 1)
-	go func() { sinkDone <- sink.Run(ctx, store) }()
-
-	select {
-	case err := <-sinkDone:
-		cancel()
-		<-srcDone
-		return err
-	case err := <-srcDone:
-		if err != nil {
-			cancel()
-			<-sinkDone
-			return fmt.Errorf("source: %w", err)
-		}
-		// A source that delivered everything and stopped: the sink goes on.
-		return <-sinkDone
-	}
-}
-
 // nodeFlags registers the flags that select a node's view.
 func nodeFlags(fs *pflag.FlagSet, opts *brain.Options) {
-	fs.StringVar(&opts.NodeName, "node-name", defaultNodeName(), "the node whose view to compute (default: this host's name)")
+	fs.StringVar(&opts.NodeName, "node-name", kubeproxy.HostName(), "the node whose view to compute (default: this host's name)")
 	fs.StringVar(&opts.ServiceProxyName, "service-proxy-name", "",
 		"also serve Services labelled service.kubernetes.io/service-proxy-name with this value (unlabelled Services are always served)")
-}
-
-func defaultNodeName() string {
-	h, err := os.Hostname()
-	if err != nil {
-		return ""
-	}
-	return strings.ToLower(h) // as kube-proxy does
 }
 
 // sourceOptions is what a source learns from the sink's flags: which node's
@@ -75,7 +32,7 @@ type sourceOptions struct {
 }
 
 // sourceFactory builds the source once the flags are parsed.
-type sourceFactory func(sourceOptions) (stage, error)
+type sourceFactory func(sourceOptions) (cluster.Stage, error)
 
 // gateFlag binds --feature-gates of a sink that computes views in this
 // process: kube-proxy 1.36's gates, parsed as kpng proxy parses them.
@@ -87,14 +44,14 @@ func gateFlag(fs *pflag.FlagSet, gates *map[string]bool) {
 // applyGates sets the brain options gates decide, after checking them as
 // kube-proxy does; gates kpng does not act on are logged once.
 func applyGates(ctx context.Context, gates map[string]bool, opts *brain.Options) error {
-	warning, err := checkFeatureGates(gates)
+	warning, err := kubeproxy.CheckFeatureGates(gates)
 	if err != nil {
 		return err
 	}
 	if warning != "" {
 		klog.FromContext(ctx).Info("Configuration warning", "warning", warning)
 	}
-	return gateBrainOptions(gates, opts)
+	return kubeproxy.GateBrainOptions(gates, opts)
 }
 
 // sourceOptionsFor returns the source options of a node-local sink.
@@ -121,7 +78,7 @@ func sinkCommands(source sourceFactory) []*cobra.Command {
 			if err != nil {
 				return err
 			}
-			return run(cmd.Context(), src, toFile)
+			return cluster.Run(cmd.Context(), src, toFile)
 		},
 	}
 	nodeFlags(toFileCmd.Flags(), &toFile.Options)

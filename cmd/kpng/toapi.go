@@ -71,7 +71,7 @@ explicit --insecure.`,
 				}
 				defer statusLis.Close()
 			}
-			return run(cmd.Context(), src, stageFunc(func(ctx context.Context, store *cluster.Store) error {
+			return cluster.Run(cmd.Context(), src, cluster.StageFunc(func(ctx context.Context, store *cluster.Store) error {
 				srv := server.New(store, opts)
 				status := newBrainStatus(store, src, srv.GlobalRevision)
 				ctx, cancel := context.WithCancel(ctx)

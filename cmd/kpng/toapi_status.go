@@ -63,7 +63,7 @@ func registerBrainMetrics() {
 // serves (through the server's stats handler).
 type brainStatus struct {
 	store  *cluster.Store
-	source stage
+	source cluster.Stage
 	// globalRevision is the revision globalv1 agents catch up to
 	// (server.Server.GlobalRevision).
 	globalRevision func() uint64
@@ -73,7 +73,7 @@ type brainStatus struct {
 	streams atomic.Uint64     // numbers the streams that have no address
 }
 
-func newBrainStatus(store *cluster.Store, source stage, globalRevision func() uint64) *brainStatus {
+func newBrainStatus(store *cluster.Store, source cluster.Stage, globalRevision func() uint64) *brainStatus {
 	registerBrainMetrics()
 	return &brainStatus{store: store, source: source, globalRevision: globalRevision, agents: map[string]uint64{}}
 }

@@ -32,7 +32,7 @@ func TestBrainStatus(t *testing.T) {
 	srv := apiserver.Start(t)
 	dir := t.TempDir()
 	sock, tier := filepath.Join(dir, "brain.sock"), filepath.Join(dir, "tier.sock")
-	status := "http://" + freePort(t)
+	status := "http://" + freeAddress(t)
 	start(t, "kube", "--kubeconfig", srv.KubeconfigPath, "to-api", "--listen", "unix://"+sock,
 		"--metrics-bind-address", status[len("http://"):])
 	// A node agent: it copies the cluster over globalv1 and serves it on.

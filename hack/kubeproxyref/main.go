@@ -2,11 +2,11 @@
 // from upstream Kubernetes' own code at the version hack/tools pins (the
 // kube-proxy binary the tests run is built from the same module):
 //
-//   - cmd/kpng/testdata/kube-proxy-flags.json: every flag of kube-proxy's
+//   - kubeproxy/testdata/kube-proxy-flags.json: every flag of kube-proxy's
 //     command line, as kube-proxy registers them (app.NewProxyCommand, plus
 //     what component-base/cli.Run and cobra add when the command runs:
 //     logging flags, --version, the word-separator normalizer);
-//   - cmd/kpng/kube-proxy-feature-gates.json: the feature gates kube-proxy
+//   - kubeproxy/kube-proxy-feature-gates.json: the feature gates kube-proxy
 //     accepts, with their defaults, which kpng embeds to judge featureGates
 //     as kube-proxy does;
 //   - config/testdata/v1alpha1/kubeadm-*.yaml: the config.conf of the
@@ -70,8 +70,8 @@ func generate() ([]file, error) {
 		return nil, fmt.Errorf("kube-proxy's feature gates: %w", err)
 	}
 	files := []file{
-		{path: "cmd/kpng/testdata/kube-proxy-flags.json", data: flags},
-		{path: "cmd/kpng/kube-proxy-feature-gates.json", data: gates},
+		{path: "kubeproxy/testdata/kube-proxy-flags.json", data: flags},
+		{path: "kubeproxy/kube-proxy-feature-gates.json", data: gates},
 	}
 	for _, v := range kubeadmVariants {
 		data, err := kubeadmProxyConfig(v.podSubnet)

@@ -1,4 +1,4 @@
-package main
+package kubeproxy
 
 import (
 	"encoding/json"

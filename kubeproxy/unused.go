@@ -1,4 +1,4 @@
-package main
+package kubeproxy
 
 import (
 	"fmt"
@@ -47,7 +47,7 @@ func unsupportedFields(c *config.KubeProxyConfiguration) (*config.KubeProxyConfi
 	}
 	// A gate kube-proxy refuses is fatal there whatever configHardFail
 	// says (its Complete fails): here too.
-	gateWarning, err := checkFeatureGates(c.FeatureGates)
+	gateWarning, err := CheckFeatureGates(c.FeatureGates)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,7 +1,8 @@
-package main
+package kubeproxy
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -11,43 +12,31 @@ import (
 	"github.com/kpng/kpng/config"
 )
 
-// backendForMode names the registered backend that implements a proxy mode.
-// An empty mode is kube-proxy's Linux default, iptables.
-func backendForMode(mode config.ProxyMode) (string, error) {
+// backendFor returns the backend that runs mode. An empty mode is
+// kube-proxy's Linux default, iptables.
+func (p *Proxy) backendFor(mode config.ProxyMode) (backend.Registration, error) {
+	if mode == "" {
+		mode = config.ProxyModeIPTables
+	}
+	if reg, ok := p.Backends[mode]; ok {
+		return reg, nil
+	}
+	var modes []string
+	for m := range p.Backends {
+		modes = append(modes, string(m))
+	}
+	slices.Sort(modes)
+	runs := strings.Join(modes, ", ")
 	switch mode {
-	case config.ProxyModeNFTables:
-		return "nft", nil
-	case config.ProxyModeIPTables, "":
-		return "iptables", nil
 	case config.ProxyModeIPVS:
-		return "", fmt.Errorf("mode %q: kpng has no ipvs backend; use mode nftables (or iptables)", mode)
+		return backend.Registration{}, fmt.Errorf("mode %q: %s has no ipvs backend; use mode %s", mode, p.name(), runs)
 	case config.ProxyModeKernelspace:
-		return "", fmt.Errorf("mode %q is Windows' (HNS); kpng has no Windows backend", mode)
+		return backend.Registration{}, fmt.Errorf("mode %q is Windows' (HNS); %s has no Windows backend", mode, p.name())
+	case config.ProxyModeNFTables, config.ProxyModeIPTables:
+		return backend.Registration{}, fmt.Errorf("mode %s: %s has no backend for it (it runs mode %s)", mode, p.name(), runs)
 	default:
-		return "", fmt.Errorf("mode %q: unknown proxy mode", mode)
+		return backend.Registration{}, fmt.Errorf("mode %q: unknown proxy mode", mode)
 	}
-}
-
-// lookupBackend finds the backend of cfg's mode among those compiled in.
-func lookupBackend(mode config.ProxyMode, lookup func(string) (backend.Registration, bool)) (backend.Registration, error) {
-	name, err := backendForMode(mode)
-	if err != nil {
-		return backend.Registration{}, err
-	}
-	reg, ok := lookup(name)
-	if !ok {
-		var have []string
-		for _, r := range backend.Registered() {
-			have = append(have, r.Name)
-		}
-		shown := string(mode)
-		if shown == "" {
-			shown = `"" (iptables)`
-		}
-		return backend.Registration{}, fmt.Errorf("mode %s needs the %q backend, which this kpng binary does not include (it has: %s)",
-			shown, name, strings.Join(have, ", "))
-	}
-	return reg, nil
 }
 
 // backendSetting is a configuration field passed to a backend as one of its

@@ -1,4 +1,4 @@
-package main
+package kubeproxy
 
 import (
 	"context"
@@ -10,19 +10,22 @@ import (
 	"github.com/kpng/kpng/backend"
 )
 
-// kube-proxy 1.36's NodeManager (pkg/proxy/node.go) waits this long for
-// its Node object to exist and have addresses before the proxier starts,
-// polling every second; with detectLocalMode NodeCIDR it then waits up to
-// five more minutes for pod CIDRs, and exits if none came. (Variables for
-// tests only.)
+// DefaultNodeWait is how long kube-proxy 1.36's NodeManager
+// (pkg/proxy/node.go) waits for its Node object to exist and have
+// addresses before the proxier starts, polling every second; with
+// detectLocalMode NodeCIDR it then waits up to five more minutes for pod
+// CIDRs (podCIDRWaitTimeout), and exits if none came.
+const DefaultNodeWait = 30 * time.Second
+
+// The waits of a Proxy (variables for tests only).
 var (
-	nodeWaitTimeout    = 30 * time.Second
+	nodeWaitTimeout    = DefaultNodeWait
 	podCIDRWaitTimeout = 5 * time.Minute
 )
 
-// nodeWait is how a node-local process waits for its Node object at
+// NodeWait is how a node-local process waits for its Node object at
 // start-up.
-type nodeWait struct {
+type NodeWait struct {
 	// Timeout is how long to wait for the Node to exist with addresses
 	// (kube-proxy: 30s); 0 does not wait.
 	Timeout time.Duration
@@ -47,7 +50,7 @@ type nodeWaitFeed struct {
 }
 
 // waitForNode wraps feed as w says.
-func waitForNode(feed backend.Feed, node string, w nodeWait) *nodeWaitFeed {
+func waitForNode(feed backend.Feed, node string, w NodeWait) *nodeWaitFeed {
 	return &nodeWaitFeed{Feed: feed, node: node, needPodCIDRs: w.PodCIDRs, wait: w.Timeout, podWait: podCIDRWaitTimeout}
 }
 

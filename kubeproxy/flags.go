@@ -1,4 +1,4 @@
-package main
+package kubeproxy
 
 import (
 	"fmt"
@@ -14,12 +14,12 @@ import (
 	"github.com/kpng/kpng/config"
 )
 
-// proxyFlags are kube-proxy's command-line flags, as kpng proxy takes them.
+// Flags are kube-proxy's command-line flags, as a Proxy takes them.
 // Each flag that maps onto a configuration field is bound to a scratch
 // configuration (fromFlags) and remembered with the function that copies its
 // value into a loaded configuration, so that only the flags the user gave
 // override the file.
-type proxyFlags struct {
+type Flags struct {
 	configFile    string
 	writeConfigTo string
 	cleanup       bool
@@ -57,7 +57,7 @@ type cfg = config.KubeProxyConfiguration
 // bindField binds a flag to the field of the scratch configuration that
 // field selects, and records that an explicit value is copied to the same
 // field of the loaded configuration.
-func bindField[T any](f *proxyFlags, name string, field func(*cfg) *T, define func(p *T)) {
+func bindField[T any](f *Flags, name string, field func(*cfg) *T, define func(p *T)) {
 	define(field(f.fromFlags))
 	f.fields = append(f.fields, fieldFlag{name: name, apply: func(c *cfg) error {
 		*field(c) = *field(f.fromFlags)
@@ -65,19 +65,20 @@ func bindField[T any](f *proxyFlags, name string, field func(*cfg) *T, define fu
 	}})
 }
 
-// addProxyFlags registers kube-proxy's flags on fs and returns them.
-func addProxyFlags(fs *pflag.FlagSet) *proxyFlags {
+// AddFlags registers kube-proxy's flags on fs and returns them, for
+// Proxy.Run.
+func AddFlags(fs *pflag.FlagSet) *Flags {
 	// Without --config, kube-proxy runs with v1alpha1's defaults: so do
 	// the flags.
 	d, err := config.DefaultV1Alpha1()
 	if err != nil {
 		d = config.Default()
 	}
-	f := &proxyFlags{fromFlags: d, err: err}
+	f := &Flags{fromFlags: d, err: err}
 
 	fs.StringVar(&f.configFile, "config", "", "the KubeProxyConfiguration file to read (kubeproxy.config.k8s.io/v1alpha1 or v1alpha2); flags given explicitly override it")
 	fs.StringVar(&f.writeConfigTo, "write-config-to", "", "write the configuration (the file, defaults and flags resolved) to this file as v1alpha2, then exit")
-	fs.BoolVar(&f.cleanup, "cleanup", false, "remove kpng's rules (every backend's) and kube-proxy's (every mode's) from the node, then exit, as kube-proxy --cleanup does")
+	fs.BoolVar(&f.cleanup, "cleanup", false, "remove this proxy's rules (every backend's) and kube-proxy's (every mode's) from the node, then exit, as kube-proxy --cleanup does")
 	fs.BoolVar(&f.initOnly, "init-only", false, "apply the settings that need full root privileges (conntrack sysctls, oom_score_adj), then exit")
 	fs.StringVar(&f.master, "master", "", "the address of the Kubernetes API server (overrides any value in kubeconfig)")
 
@@ -276,7 +277,7 @@ func addProxyFlags(fs *pflag.FlagSet) *proxyFlags {
 
 // apply copies every flag given on the command line (fs) into c, kube-proxy
 // style: flags override the file. It returns the names of the flags applied.
-func (f *proxyFlags) apply(fs *pflag.FlagSet, c *cfg) ([]string, error) {
+func (f *Flags) apply(fs *pflag.FlagSet, c *cfg) ([]string, error) {
 	if f.err != nil {
 		return nil, f.err
 	}
@@ -343,7 +344,7 @@ const (
 // off and another port completes a bind address given as a bare IP; an
 // address with a port keeps it. kube-proxy ignores them otherwise, as kpng
 // does, but kpng says so, and says when a port changes nothing.
-func (f *proxyFlags) deprecatedPorts(fs *pflag.FlagSet, c *cfg) (warnings []string) {
+func (f *Flags) deprecatedPorts(fs *pflag.FlagSet, c *cfg) (warnings []string) {
 	for _, p := range []struct {
 		flag, field string
 		port        int32

@@ -1,4 +1,4 @@
-package main
+package kubeproxy
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/cluster"
 	"github.com/kpng/kpng/config"
 	"github.com/kpng/kpng/source/file"
 )
@@ -27,11 +28,8 @@ func TestProxyWithoutItsNode(t *testing.T) {
 		cfgFile := writeFile(t, "kp.yaml", v1alpha1Header+"mode: nftables\nhostnameOverride: ghost\nmetricsBindAddress: \"\"\nhealthzBindAddress: \"\"\n"+extra)
 		plugin := newFakePlugin(nftFlags...)
 		deps := proxyDeps{
-			lookup: func(name string) (backend.Registration, bool) {
-				return backend.Registration{Name: name, New: func() backend.Plugin { return plugin }}, true
-			},
-			source: func(*config.KubeProxyConfiguration, string, string) (stage, error) {
-				return &file.Source{Path: "../../examples/cluster.yaml"}, nil
+			source: func(*config.KubeProxyConfiguration, string, string) (cluster.Stage, error) {
+				return &file.Source{Path: "../examples/cluster.yaml"}, nil
 			},
 			setupHost: func(context.Context, *config.KubeProxyConfiguration) error { return nil },
 		}
@@ -40,7 +38,7 @@ func TestProxyWithoutItsNode(t *testing.T) {
 		defer cancel()
 		done := make(chan error, 1)
 		start := time.Now()
-		go func() { done <- runCommand(ctx, testRoot(deps), "proxy", "--config", cfgFile) }()
+		go func() { done <- runCommand(ctx, testRoot(testProxy(deps, withPlugin(plugin))), "--config", cfgFile) }()
 		var state *backend.State
 		var err error
 		select {

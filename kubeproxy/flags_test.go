@@ -1,4 +1,4 @@
-package main
+package kubeproxy
 
 import (
 	"encoding/json"
@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	cliflag "k8s.io/component-base/cli/flag"
 
-	"github.com/kpng/kpng/backend"
 	"github.com/kpng/kpng/brain"
 )
 
@@ -50,64 +49,57 @@ func kubeProxyFlags(t *testing.T) []kubeProxyFlag {
 // differs from kube-proxy's, and why.
 var defaultDifferences = map[string]string{}
 
-// TestProxyTakesEveryKubeProxyFlag compares the flags of `kpng proxy` and
-// of bare `kpng` (which takes the same, as kube-proxy's command line) with
-// kube-proxy 1.36's: each exists, with the same shorthand, the same
+// TestProxyTakesEveryKubeProxyFlag compares the flags of a Proxy's command
+// with kube-proxy 1.36's: each exists, with the same shorthand, the same
 // deprecation, the same way of being given without a value, and the same
 // default.
 func TestProxyTakesEveryKubeProxyFlag(t *testing.T) {
 	ref := kubeProxyFlags(t)
-	for _, path := range [][]string{{"proxy"}, {}} {
-		root := newRootCommand()
-		cmd, _, err := root.Find(path)
-		if err != nil {
-			t.Fatal(err)
+	cmd := NewCommand(failingProxy(t))
+	cmd.InitDefaultHelpFlag()
+	_ = cmd.LocalFlags() // merges the persistent and global flags, as parsing does
+	fs := cmd.Flags()
+	name := "kpng"
+	for _, want := range ref {
+		got := fs.Lookup(want.Name)
+		if got == nil {
+			t.Errorf("%s has no --%s (kube-proxy: %s)", name, want.Name, want.Type)
+			continue
 		}
-		cmd.InitDefaultHelpFlag()
-		_ = cmd.LocalFlags() // merges the persistent and global flags, as parsing does
-		fs := cmd.Flags()
-		name := strings.Join(append([]string{"kpng"}, path...), " ")
-		for _, want := range ref {
-			got := fs.Lookup(want.Name)
-			if got == nil {
-				t.Errorf("%s has no --%s (kube-proxy: %s)", name, want.Name, want.Type)
-				continue
-			}
-			if got.Shorthand != want.Shorthand {
-				t.Errorf("%s --%s: shorthand %q, kube-proxy's %q", name, want.Name, got.Shorthand, want.Shorthand)
-			}
-			if (got.Deprecated != "") != (want.Deprecated != "") {
-				t.Errorf("%s --%s: deprecated %q, kube-proxy's %q", name, want.Name, got.Deprecated, want.Deprecated)
-			}
-			if got.NoOptDefVal != want.NoOptDefVal {
-				t.Errorf("%s --%s: value when given alone %q, kube-proxy's %q", name, want.Name, got.NoOptDefVal, want.NoOptDefVal)
-			}
-			if why, ok := defaultDifferences[want.Name]; !ok && got.DefValue != want.Default {
-				t.Errorf("%s --%s: default %q, kube-proxy's %q", name, want.Name, got.DefValue, want.Default)
-			} else if ok && got.DefValue == want.Default {
-				t.Errorf("%s --%s: default %q is kube-proxy's now: drop it from defaultDifferences (%s)", name, want.Name, got.DefValue, why)
-			}
+		if got.Shorthand != want.Shorthand {
+			t.Errorf("%s --%s: shorthand %q, kube-proxy's %q", name, want.Name, got.Shorthand, want.Shorthand)
 		}
-		var extra []string
-		fs.VisitAll(func(f *pflag.Flag) {
-			if !slices.ContainsFunc(ref, func(r kubeProxyFlag) bool { return r.Name == f.Name }) {
-				extra = append(extra, f.Name)
-			}
-		})
-		t.Logf("%s: flags kube-proxy does not have: %v", name, extra)
+		if (got.Deprecated != "") != (want.Deprecated != "") {
+			t.Errorf("%s --%s: deprecated %q, kube-proxy's %q", name, want.Name, got.Deprecated, want.Deprecated)
+		}
+		if got.NoOptDefVal != want.NoOptDefVal {
+			t.Errorf("%s --%s: value when given alone %q, kube-proxy's %q", name, want.Name, got.NoOptDefVal, want.NoOptDefVal)
+		}
+		if why, ok := defaultDifferences[want.Name]; !ok && got.DefValue != want.Default {
+			t.Errorf("%s --%s: default %q, kube-proxy's %q", name, want.Name, got.DefValue, want.Default)
+		} else if ok && got.DefValue == want.Default {
+			t.Errorf("%s --%s: default %q is kube-proxy's now: drop it from defaultDifferences (%s)", name, want.Name, got.DefValue, why)
+		}
 	}
+	var extra []string
+	fs.VisitAll(func(f *pflag.Flag) {
+		if !slices.ContainsFunc(ref, func(r kubeProxyFlag) bool { return r.Name == f.Name }) {
+			extra = append(extra, f.Name)
+		}
+	})
+	t.Logf("%s: flags kube-proxy does not have: %v", name, extra)
 }
 
 // proxyArgs parses args as `kpng proxy` does and resolves the configuration.
 func proxyArgs(t *testing.T, args ...string) (*cfg, []string, error) {
 	t.Helper()
 	fs := pflag.NewFlagSet("proxy", pflag.ContinueOnError)
-	flags := addProxyFlags(fs)
+	flags := AddFlags(fs)
 	fs.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, err
 	}
-	return resolveConfig(fs, flags, backend.Lookup)
+	return resolveConfig(fs, flags, testProxy(proxyDeps{}, nil).backendFor)
 }
 
 // TestNoKubeProxyFlagIsSilentlyIgnored gives each of kube-proxy's flags
@@ -165,15 +157,13 @@ func TestNoKubeProxyFlagIsSilentlyIgnored(t *testing.T) {
 }
 
 // TestKubeProxyFlagSpellings: kube-proxy's command line takes "_" for "-"
-// in flag names (component-base's word-separator normalizer), and so do
-// both of kpng's.
+// in flag names (component-base's word-separator normalizer), and so does
+// a Proxy's.
 func TestKubeProxyFlagSpellings(t *testing.T) {
-	for _, path := range [][]string{{"proxy"}, {}} {
-		args := append(slices.Clone(path), "--cluster_cidr=10.1.0.0/16", "--proxy_mode", "nftables", "--conntrack_max_per_core=0")
-		c := resolved(t, args...)
-		if !slices.Equal(c.DetectLocal.ClusterCIDRs, []string{"10.1.0.0/16"}) || c.Mode != "nftables" || c.Linux.Conntrack.MaxPerCore != 0 {
-			t.Errorf("kpng %q: clusterCIDRs %v, mode %q, maxPerCore %d", args, c.DetectLocal.ClusterCIDRs, c.Mode, c.Linux.Conntrack.MaxPerCore)
-		}
+	args := []string{"--cluster_cidr=10.1.0.0/16", "--proxy_mode", "nftables", "--conntrack_max_per_core=0"}
+	c := resolved(t, args...)
+	if !slices.Equal(c.DetectLocal.ClusterCIDRs, []string{"10.1.0.0/16"}) || c.Mode != "nftables" || c.Linux.Conntrack.MaxPerCore != 0 {
+		t.Errorf("kpng %q: clusterCIDRs %v, mode %q, maxPerCore %d", args, c.DetectLocal.ClusterCIDRs, c.Mode, c.Linux.Conntrack.MaxPerCore)
 	}
 }
 
@@ -345,7 +335,7 @@ func TestFeatureGatesDecideTheBrain(t *testing.T) {
 		{map[string]bool{"AllowServiceExternalIPs": false}, true},
 	} {
 		var opts brain.Options
-		if err := gateBrainOptions(tc.gates, &opts); err != nil {
+		if err := GateBrainOptions(tc.gates, &opts); err != nil {
 			t.Fatal(err)
 		}
 		if opts.ExternalIPsDisabled != tc.want {

@@ -1,4 +1,4 @@
-package main
+package kubeproxy
 
 import (
 	_ "embed"
@@ -111,11 +111,11 @@ func kpngActsOn() (func(string) bool, error) {
 	return func(name string) bool { return acts[name] }, nil
 }
 
-// checkFeatureGates parses featureGates as kube-proxy 1.36 does, and
+// CheckFeatureGates parses gates as kube-proxy 1.36 does, and
 // returns one warning naming the gates kpng accepts but does not act on,
 // set to other than their default (kpng behaves as kube-proxy 1.36 with
 // them at their default), or "" when there are none.
-func checkFeatureGates(gates map[string]bool) (warning string, err error) {
+func CheckFeatureGates(gates map[string]bool) (warning string, err error) {
 	gate, err := kubeProxyFeatureGate(gates)
 	if err != nil {
 		return "", err
@@ -138,9 +138,9 @@ func checkFeatureGates(gates map[string]bool) (warning string, err error) {
 		strings.Join(ignored, ", ")), nil
 }
 
-// gateBrainOptions sets the brain options that feature gates decide.
-// gates were checked (checkFeatureGates).
-func gateBrainOptions(gates map[string]bool, opts *brain.Options) error {
+// GateBrainOptions sets the brain options that feature gates decide.
+// gates were checked (CheckFeatureGates).
+func GateBrainOptions(gates map[string]bool, opts *brain.Options) error {
 	gate, err := kubeProxyFeatureGate(gates)
 	if err != nil {
 		return err

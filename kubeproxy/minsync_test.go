@@ -1,6 +1,7 @@
-package main
+package kubeproxy
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -56,7 +57,7 @@ func TestMinSyncPeriodUnsetTakesTheBackendDefault(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			args := append([]string{"proxy"}, tc.args...)
+			args := slices.Clone(tc.args)
 			if tc.file != "" {
 				args = append(args, "--config", writeFile(t, "kp.yaml", tc.file))
 			}

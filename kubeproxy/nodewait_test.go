@@ -1,4 +1,4 @@
-package main
+package kubeproxy
 
 import (
 	"context"
@@ -63,7 +63,7 @@ func TestNodeWaitAsKubeProxy(t *testing.T) {
 			for _, s := range tc.states {
 				feed <- s
 			}
-			f := waitForNode(feed, "node-1", nodeWait{Timeout: wait, PodCIDRs: tc.podCIDRs})
+			f := waitForNode(feed, "node-1", NodeWait{Timeout: wait, PodCIDRs: tc.podCIDRs})
 			f.podWait = wait
 			start := time.Now()
 			got, ch, err := f.Next(context.Background())
@@ -98,7 +98,7 @@ func TestNodeWaitAsKubeProxy(t *testing.T) {
 func TestNodeWaitEndsWithItsContext(t *testing.T) {
 	feed := make(chanFeed, 1)
 	feed <- noNode
-	f := waitForNode(feed, "node-1", nodeWait{Timeout: time.Hour})
+	f := waitForNode(feed, "node-1", NodeWait{Timeout: time.Hour})
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if _, _, err := f.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
@@ -110,7 +110,7 @@ func TestNodeWaitZeroDoesNotWait(t *testing.T) {
 	feed := make(chanFeed, 1)
 	feed <- noNode
 	start := time.Now()
-	if got, _, err := waitForNode(feed, "node-1", nodeWait{}).Next(context.Background()); err != nil || got != noNode {
+	if got, _, err := waitForNode(feed, "node-1", NodeWait{}).Next(context.Background()); err != nil || got != noNode {
 		t.Fatalf("%v, %v", got, err)
 	}
 	if took := time.Since(start); took > time.Second {
