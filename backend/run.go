@@ -42,10 +42,13 @@ type Options struct {
 	OnQueued func(state *State, changes Changes)
 	// OnSync, if set, is called after each sync with its outcome.
 	OnSync func(SyncResult)
-	// ResyncNow, if set, asks for a Resync as soon as MinSyncPeriod allows,
-	// instead of at the next ResyncPeriod: a backend that watches the
-	// kernel sends on it when its rules were changed behind its back, so
-	// that the repair takes milliseconds, not a sync period. Before the
+	// ResyncNow, if set, asks for a Resync at once instead of at the next
+	// ResyncPeriod: a backend that watches the kernel sends on it when its
+	// rules were changed behind its back, so that the repair takes
+	// milliseconds, not a sync period. MinSyncPeriod spaces requested
+	// Resyncs from each other (someone rewriting the rules in a loop gets
+	// one repair per MinSyncPeriod), not from the syncs of changes: a
+	// repair does not wait out the rate limit of endpoint churn. Before the
 	// first sync it is ignored (the first sync writes everything anyway).
 	ResyncNow <-chan struct{}
 	// LastSyncFull, if set, is asked after each Sync whether that Sync
@@ -95,6 +98,8 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 	var lastEnd time.Time    // of the last sync
 	var lastResync time.Time // start of the last successful Reset or Resync
 	var retryAt time.Time    // after a failure
+	var lastRepair time.Time // end of the last sync requested on ResyncNow
+	repair := false          // a sync is requested on ResyncNow
 	failures := 0
 	synced := false // a sync has succeeded
 
@@ -129,7 +134,7 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 			<-watching
 			select {
 			case <-kicked:
-				pending.Resync = true
+				pending.Resync, repair = true, true
 				log.Log(ctx, levelV(2), "Resync requested by the backend")
 			default:
 			}
@@ -182,13 +187,19 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 		}
 
 		// Hold the sync until MinSyncPeriod has passed since the last one
-		// ended (after a failure: until the retry is due), coalescing what
-		// arrives meanwhile.
-		hold := lastEnd.Add(opts.MinSyncPeriod)
-		if failures > 0 {
-			hold = retryAt
+		// ended (after a failure: until the retry is due; for a repair
+		// requested on ResyncNow, even one requested meanwhile: since the
+		// last repair), coalescing what arrives meanwhile.
+		holdUntil := func() time.Time {
+			switch {
+			case failures > 0:
+				return retryAt
+			case repair:
+				return lastRepair.Add(opts.MinSyncPeriod)
+			}
+			return lastEnd.Add(opts.MinSyncPeriod)
 		}
-		for time.Until(hold) > 0 {
+		for hold := holdUntil(); time.Until(hold) > 0; hold = holdUntil() {
 			if _, err := next(hold); err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -204,6 +215,9 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 		res := SyncResult{State: state, Revision: state.Revision, Changes: pending, Start: start}
 		res.Err = b.Sync(ctx, state, pending)
 		lastEnd = time.Now()
+		if repair {
+			lastRepair, repair = lastEnd, false
+		}
 		res.Duration = lastEnd.Sub(start)
 		res.Full = pending.Reset || pending.Resync
 		if opts.LastSyncFull != nil {

@@ -475,3 +475,46 @@ func TestResyncNow(t *testing.T) {
 		t.Fatalf("change after the requests: %+v", c)
 	}
 }
+
+// A repair requested on ResyncNow does not wait out MinSyncPeriod after a
+// sync of changes (a rate limit meant for churn), but two repairs are still
+// MinSyncPeriod apart, so that someone rewriting the rules in a loop does
+// not keep the backend rewriting them too.
+func TestResyncNowIsNotHeldByTheSyncOfAChange(t *testing.T) {
+	const minSync = 2 * time.Second
+	store := cluster.NewStore()
+	rec := newRecorder()
+	kick := make(chan struct{}, 1)
+	start(t, store, rec, backend.Options{MinSyncPeriod: minSync, ResyncPeriod: time.Hour, ResyncNow: kick})
+	store.Update(func(tx *cluster.Tx) { tx.SetService(service("a", "10.96.0.1")) })
+	store.MarkSynced()
+	rec.next(t) // the first sync
+	// A repair: at once, however recent the first sync.
+	kick <- struct{}{}
+	repair := rec.next(t)
+	if !repair.changes.Resync {
+		t.Fatalf("sync after a request: %+v", repair)
+	}
+	// A change: held for MinSyncPeriod after the repair.
+	store.Update(func(tx *cluster.Tx) { tx.SetService(service("b", "10.96.0.2")) })
+	change := rec.next(t)
+	if len(change.changes.Set) != 1 || change.start.Sub(repair.end) < minSync-50*time.Millisecond {
+		t.Fatalf("change synced %v after the repair, want at least %v: %+v", change.start.Sub(repair.end), minSync, change)
+	}
+	// A repair right after that change: not held by it. The last repair
+	// ended more than MinSyncPeriod ago.
+	kick <- struct{}{}
+	second := rec.next(t)
+	if !second.changes.Resync {
+		t.Fatalf("sync after the second request: %+v", second)
+	}
+	if held := second.start.Sub(change.end); held > minSync/2 {
+		t.Errorf("a repair waited %v after a change's sync; want it at once", held)
+	}
+	// A third repair at once: held until MinSyncPeriod after the second.
+	kick <- struct{}{}
+	third := rec.next(t)
+	if held := third.start.Sub(second.end); held < minSync-50*time.Millisecond {
+		t.Errorf("two repairs %v apart, want at least %v", held, minSync)
+	}
+}
