@@ -7,7 +7,10 @@
 #   2. checks gofmt and go vet (with every build tag);
 #   3. runs every test once, with the race detector: unit tests, tests
 #      against the real API server (build tag "integration") and real-packet
-#      tests in network namespaces (build tag "e2e", needs root).
+#      tests in network namespaces (build tag "e2e", needs root);
+#   4. starts two kubelet nodes with kpng as their DaemonSet (nft, iptables,
+#      and split into brain and agents) and checks that pods reach Services
+#      through it (hack/e2e-node.sh --smoke).
 #
 # Extra arguments go to go test, e.g. hack/test.sh -run TestClusterIP.
 set -euo pipefail
@@ -70,5 +73,24 @@ go -C hack/manifests test -race "$@" ./...
 
 log "go test hack/image (hack/image.sh twice: same digest; the tools run in the image; containerd imports it)"
 go -C hack/image test "$@" ./...
+
+log "go test hack/node/conformance (docs/conformance.md's table from recorded e2e runs)"
+go -C hack/node vet ./conformance/
+go -C hack/node test -race "$@" ./conformance/
+
+# The real-node smoke test: two kubelet nodes (containerd, CNI bridge) in
+# network namespaces of their own, kpng's image from hack/image.sh deployed
+# with deploy/kube-proxy-replacement, CoreDNS; a pod reaches a ClusterIP, a
+# Service by name and both NodePorts. Upstream's whole Service e2e suite is
+# hack/e2e-node.sh without --smoke (docs/conformance.md). Its builds are
+# cached in .cache/node; a focused run (arguments given) leaves it out.
+if (($# == 0)); then
+	for b in nft iptables; do
+		log "real nodes: kubelets with kpng (${b}) as their service proxy (hack/e2e-node.sh --smoke --backend ${b})"
+		hack/e2e-node.sh --smoke --backend "${b}"
+	done
+	log "real nodes: kpng split in a brain and node agents (hack/e2e-node.sh --smoke --split)"
+	hack/e2e-node.sh --smoke --split
+fi
 
 log "all tests passed"
