@@ -774,7 +774,9 @@ smoke_test() {
 
 run_e2e() {
 	# The output outlives the run (teardown removes R), for reading failures.
-	local out="${cache}/runs/${proxy}-${backend}-${run}.out" s=${SECONDS} rc=0
+	local label="${proxy}-${backend}" s=${SECONDS} rc=0
+	((split == 0)) || label+="-split"
+	local out="${cache}/runs/${label}-${run}.out"
 	mkdir -p "${R}/report" "${cache}/runs"
 	log "e2e.test output: ${out}"
 	log "e2e.test --ginkgo.focus='${focus}' --ginkgo.skip='${skip}'"
