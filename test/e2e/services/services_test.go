@@ -357,6 +357,10 @@ func TestServices(t *testing.T) {
 				if _, err := n1.Run("ip", "addr", "add", prefix, "dev", "lo"); err != nil {
 					t.Fatal(err)
 				}
+				// An IPv6 address is tentative until the kernel's address
+				// work has run (on a loaded machine, a while), and a
+				// tentative address is never a source: wait for it.
+				waitUsable(t, &n1.Host, vip.Addr())
 				r := netlab.Eventually(t, settle, dialer(&n1.Host, netlab.TCP, vip, answerTimeout), netlab.Answered("pod-c"))
 				if r.Local.Addr() != vip.Addr() {
 					t.Errorf("%s: node-1's connection left from %s, not from the VIP: the exception is not exercised", ipv(fam), r.Local.Addr())
@@ -882,4 +886,27 @@ func join(lines []string) string {
 		s += "  " + l + "\n"
 	}
 	return s
+}
+
+// waitUsable waits until addr, just added to h, is no longer tentative, so
+// that the kernel may pick it as a source address.
+func waitUsable(t *testing.T, h *netlab.Host, addr netip.Addr) {
+	t.Helper()
+	if addr.Is4() {
+		return
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := h.Run("ip", "-6", "-o", "addr", "show", "to", addr.String()+"/128")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out, addr.String()) && !strings.Contains(out, "tentative") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s on %s: still not usable after 10s: %q", addr, h.Name, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
