@@ -73,7 +73,7 @@ func backendSettings(c *config.KubeProxyConfiguration) []backendSetting {
 		{flag: "sync-period", field: "syncPeriod", value: c.SyncPeriod.String(), optional: true},
 		{flag: "min-sync-period", field: "minSyncPeriod", value: c.MinSyncPeriod.String(), optional: true},
 		{flag: "healthz-bind-address", field: "healthzBindAddress", value: c.HealthzBindAddress},
-		// kpng proxy serves the metrics (and /configz) itself: the
+		// The Proxy serves the metrics (and /configz) itself: the
 		// backend's own metrics server is switched off.
 		{flag: "metrics-bind-address", field: "metricsBindAddress", value: "", always: true, optional: true},
 	}

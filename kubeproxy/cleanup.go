@@ -47,8 +47,8 @@ func removeKubeProxyRules(ctx context.Context) error {
 }
 
 // removeKubeProxyAfterFirstSync returns an OnSync hook that, after the
-// first successful sync (kpng's rules are in place), removes kube-proxy's
-// leftovers once, in the background: from then on a packet meets kpng's
+// first successful sync (the backend's rules are in place), removes kube-proxy's
+// leftovers once, in the background: from then on a packet meets the backend's
 // rules, and before it kube-proxy's, never neither. A failure is logged,
 // and tried again after the next successful sync.
 func removeKubeProxyAfterFirstSync(ctx context.Context) func(backend.SyncResult) {

@@ -251,7 +251,7 @@ func (p *Proxy) Run(ctx context.Context, fs *pflag.FlagSet, flags *Flags) error 
 		if err := plugin.Cleanup(ctx); err != nil {
 			return fmt.Errorf("--cleanup: backend %q: %w", reg.Name, err)
 		}
-		// As kube-proxy --cleanup: every mode's rules go, kpng's other
+		// As kube-proxy --cleanup: every mode's rules go, the Proxy's other
 		// backends' and kube-proxy's too.
 		if deps.cleanupOthers != nil {
 			return deps.cleanupOthers(ctx)
