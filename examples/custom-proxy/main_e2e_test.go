@@ -39,8 +39,8 @@ conntrack:
 // kube-apiserver holding a NodePort Service with three pods (two on node-1,
 // one on node-2), and sends real packets: from node-1 to the ClusterIP and
 // from the external client to node-1's NodePort, in IPv4 and IPv6, each
-// answered by every pod in turn. Its /healthz answers as kube-proxy's, and
-// --cleanup removes its table.
+// answered by every pod in turn. Its health and metrics servers answer as
+// kube-proxy's, and --cleanup removes its table.
 func TestCustomProxyProgramsServices(t *testing.T) {
 	netlab.RequireRoot(t)
 	bin := filepath.Join(t.TempDir(), "custom-proxy")
@@ -95,8 +95,16 @@ func TestCustomProxyProgramsServices(t *testing.T) {
 		}
 	}
 
-	if r := node.HTTPGet("http://127.0.0.1:10256/healthz", 5*time.Second); r.Outcome != netlab.OK || r.Status != 200 || !strings.Contains(r.Body, `"nodeEligible":true`) {
-		t.Errorf("/healthz: %v", r)
+	// kube-proxy's health and metrics servers.
+	for _, page := range []struct{ url, want string }{
+		{"http://127.0.0.1:10256/healthz", `"nodeEligible":true`},
+		{"http://127.0.0.1:10249/configz", `"mode":"nftables"`},
+		{"http://127.0.0.1:10249/metrics", "kubeproxy_sync_proxy_rules_duration_seconds_count"},
+		{"http://127.0.0.1:10249/proxyMode", "nftables"},
+	} {
+		if r := node.HTTPGet(page.url, 5*time.Second); r.Outcome != netlab.OK || r.Status != 200 || !strings.Contains(r.Body, page.want) {
+			t.Errorf("%s: %v, want 200 with %q", page.url, r, page.want)
+		}
 	}
 
 	if err := proc.Stop(); err != nil {
