@@ -52,7 +52,7 @@ func main() {
 	var (
 		sizes     = flag.String("sizes", "100,1000,5000,10000", "comma-separated numbers of services (each with 10 endpoints); the dataplane comparison is between the smallest and the largest")
 		with30k   = flag.Bool("with-30k", false, "also run 30,000 services (long)")
-		churnRate = flag.Float64("churn-rate", 5, "EndpointSlice updates per second during the churn")
+		churnRate = flag.Float64("churn-rate", 100, "EndpointSlice updates per second during the churn (issue 20 states its targets at 100/s)")
 		churnFor  = flag.Duration("churn", time.Minute, "how long the churn lasts")
 		burst     = flag.Int("burst", 1000, "updates made at once in the burst")
 		newSvcs   = flag.Int("new-services", 50, "services created, then deleted")

@@ -48,7 +48,7 @@ const nodeName = "bench-node"
 
 // The proxies, run side by side. kpng-nft-1s is kpng's nft backend with
 // kube-proxy's minimum sync period (1 s) instead of its own default
-// (100 ms): what kpng's shorter default changes shows beside what it does
+// (10 ms): what kpng's shorter default changes shows beside what it does
 // not.
 var proxyKinds = []proxyKind{
 	kpngKind("kpng-nft", "kube-proxy-nftables", "to-nft", "--table=kpngbench"),

@@ -347,28 +347,37 @@ func probeDuration(results []*SizeResult) string {
 	return "a few seconds"
 }
 
-// The targets of issue 7 are stated at 10,000 services x 10 endpoints
-// under 5 updates/s, as ratios kpng-nft / kube-proxy-nftables.
+// The targets of issue 20 are stated at 10,000 services x 10 endpoints
+// under 100 updates/s, for each kpng backend against kube-proxy's same
+// mode: most as ratios kpng / kube-proxy, two as absolute bounds on kpng.
 const (
 	targetServices  = 10000
-	targetChurnRate = 5
+	targetChurnRate = 100
 )
 
-// target is one of issue 7's goals.
+// target is one of issue 20's goals.
 type target struct {
 	name   string
 	get    func(*ProxyResult) float64
 	format func(float64) string
-	goal   float64 // the most kpng-nft / kube-proxy-nftables may be
+	// goal is the most kpng / kube-proxy may be, or with absolute the
+	// most kpng's own figure may be (in the figure's unit).
+	goal     float64
+	absolute bool
 }
 
 var targets = []target{
-	{"network programming p99 under churn (s)", churnValue(func(ph *PhaseResult) float64 { return nz(ph.NetProgP99) }), f2, 0.1},
-	{"sync time per change (ms)", churnValue(func(ph *PhaseResult) float64 { return 1000 * ph.SyncSumSeconds / float64(ph.Changes) }), f1, 0.01},
-	{"CPU during churn (s)", churnValue(func(ph *PhaseResult) float64 { return ph.CPUSeconds }), f1, 0.1},
-	{"RSS at the end (MiB)", func(p *ProxyResult) float64 { return nz(p.RSSEndMB) }, f0, 0.5},
-	{"cold start (s)", func(p *ProxyResult) float64 { return nz(p.FirstSyncSeconds) }, f1, 0.5},
+	{name: "cold start (s)", get: func(p *ProxyResult) float64 { return nz(p.FirstSyncSeconds) }, format: f1, goal: 0.5},
+	{name: "RSS at the end (MiB)", get: func(p *ProxyResult) float64 { return nz(p.RSSEndMB) }, format: f0, goal: 0.5},
+	{name: "peak RSS (MiB)", get: func(p *ProxyResult) float64 { return nz(p.PeakRSSMB) }, format: f0, goal: 0.5},
+	{name: "sync time per change (ms)", get: churnValue(func(ph *PhaseResult) float64 { return 1000 * ph.SyncSumSeconds / float64(ph.Changes) }), format: f1, goal: 2, absolute: true},
+	{name: "network programming p99 under churn (s)", get: churnValue(func(ph *PhaseResult) float64 { return nz(ph.NetProgP99) }), format: f2, goal: 0.25, absolute: true},
+	{name: "CPU during churn (s)", get: churnValue(func(ph *PhaseResult) float64 { return ph.CPUSeconds }), format: f1, goal: 1.0 / 30},
 }
+
+// targetPairs are the kpng proxies the targets are checked for, each
+// against kube-proxy in the same mode.
+var targetPairs = [][2]string{{"kpng-nft", "kube-proxy-nftables"}, {"kpng-iptables", "kube-proxy-iptables"}}
 
 func churnValue(get func(*PhaseResult) float64) func(*ProxyResult) float64 {
 	return func(p *ProxyResult) float64 {
@@ -390,50 +399,78 @@ func targetResult(results []*SizeResult) *SizeResult {
 	return results[len(results)-1]
 }
 
-// targetsSection checks issue 7's targets, and lists where kpng falls
-// short with the numbers that show it.
+// goalText is how a target's goal reads in the table.
+func (t target) goalText() string {
+	if t.absolute {
+		return fmt.Sprintf("≤ %g", t.goal)
+	}
+	return fmt.Sprintf("≤ %.2g x", t.goal)
+}
+
+// targetsSection checks issue 20's targets for each kpng backend against
+// kube-proxy's same mode, and lists where kpng falls short with the
+// numbers that show it.
 func targetsSection(b *strings.Builder, results []*SizeResult) {
 	r := targetResult(results)
-	k, ref := r.proxy("kpng-nft"), r.proxy("kube-proxy-nftables")
-	if k == nil || ref == nil {
+	var pairs [][2]*ProxyResult
+	for _, names := range targetPairs {
+		if k, ref := r.proxy(names[0]), r.proxy(names[1]); k != nil && ref != nil {
+			pairs = append(pairs, [2]*ProxyResult{k, ref})
+		}
+	}
+	if len(pairs) == 0 {
 		return
 	}
 	if r.Services == targetServices {
-		fmt.Fprintf(b, "### Targets at %s services (kpng-nft / kube-proxy-nftables, same run)\n\n", thousands(r.Services))
+		fmt.Fprintf(b, "### Targets at %s services (each kpng backend / kube-proxy in the same mode, same run)\n\n", thousands(r.Services))
 	} else {
-		fmt.Fprintf(b, "### Targets, at %s services (kpng-nft / kube-proxy-nftables, same run)\n\n"+
+		fmt.Fprintf(b, "### Targets, at %s services (each kpng backend / kube-proxy in the same mode, same run)\n\n"+
 			"**10,000 services, where the targets are stated, were not run**: these ratios at %s services are "+
 			"indicative only.\n\n", thousands(r.Services), thousands(r.Services))
 	}
 	if r.ChurnRate != targetChurnRate {
 		fmt.Fprintf(b, "The churn ran at %s updates/s; the targets are stated at %d/s.\n\n", f1(r.ChurnRate), targetChurnRate)
 	}
-	b.WriteString("| Target | kpng-nft | kube-proxy-nftables | ratio | goal | met |\n|---|---:|---:|---:|---:|---|\n")
+	b.WriteString("Goals with an \"x\" bound the ratio kpng / kube-proxy; the others bound kpng's own figure " +
+		"(issue 20). Not checked here: 30,000 services against 10,000, and one brain to 1,000 agents " +
+		"(docs/performance.md, \"Fan-out\").\n\n")
+	b.WriteString("| Target | kpng | kpng's figure | kube-proxy's | ratio | goal | met |\n|---|---|---:|---:|---:|---:|---|\n")
 	var short []string
-	for _, t := range targets {
-		kv, rv := value(k, t.get), value(ref, t.get)
-		q := kv / rv
-		met := "no data"
-		switch {
-		case math.IsNaN(q) || math.IsInf(q, 0):
-			short = append(short, fmt.Sprintf("**%s**: no figure to compare (kpng-nft %s, kube-proxy-nftables %s); "+
-				"the notes under the %s-service table say why.", t.name, t.format(kv), t.format(rv), thousands(r.Services)))
-		case q <= t.goal:
-			met = "yes"
-		default:
-			met = "**no**"
-			line := fmt.Sprintf("**%s**: kpng-nft %s against kube-proxy-nftables %s, a ratio of %s where the goal is at "+
-				"most %g (kpng would need %s or less).", t.name, t.format(kv), t.format(rv), ratio(kv, rv), t.goal, t.format(t.goal*rv))
-			if t.name == targets[0].name {
-				line += netProgResolution(k)
+	for _, pair := range pairs {
+		k, ref := pair[0], pair[1]
+		for _, t := range targets {
+			kv, rv := value(k, t.get), value(ref, t.get)
+			q := kv / rv
+			if t.absolute {
+				q = kv
 			}
-			short = append(short, line)
+			met := "no data"
+			switch {
+			case math.IsNaN(q) || math.IsInf(q, 0):
+				short = append(short, fmt.Sprintf("**%s**: no figure to compare (%s %s, %s %s); "+
+					"the notes under the %s-service table say why.", t.name, k.Name, t.format(kv), ref.Name, t.format(rv), thousands(r.Services)))
+			case q <= t.goal:
+				met = "yes"
+			default:
+				met = "**no**"
+				var line string
+				if t.absolute {
+					line = fmt.Sprintf("**%s**, %s: %s where the goal is at most %g (%s: %s).", t.name, k.Name, t.format(kv), t.goal, ref.Name, t.format(rv))
+				} else {
+					line = fmt.Sprintf("**%s**, %s: %s against %s %s, a ratio of %s where the goal is at "+
+						"most %.2g (kpng would need %s or less).", t.name, k.Name, t.format(kv), ref.Name, t.format(rv), ratio(kv, rv), t.goal, t.format(t.goal*rv))
+				}
+				if t.name == "network programming p99 under churn (s)" {
+					line += netProgResolution(k)
+				}
+				short = append(short, line)
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s |\n", t.name, k.Name, t.format(kv), t.format(rv), ratio(kv, rv), t.goalText(), met)
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | ≤ %g | %s |\n", t.name, t.format(kv), t.format(rv), ratio(kv, rv), t.goal, met)
 	}
 	b.WriteString("\n")
 	if len(short) == 0 {
-		b.WriteString("kpng-nft meets every target in this run.\n\n")
+		b.WriteString("kpng meets every target checked here in this run.\n\n")
 		return
 	}
 	fmt.Fprintf(b, "#### Where kpng falls short at %s services\n\n", thousands(r.Services))
@@ -447,8 +484,8 @@ func targetsSection(b *strings.Builder, results []*SizeResult) {
 // programming p99: the bucket it lies in.
 func netProgResolution(k *ProxyResult) string {
 	if ph := k.Phases[phaseChurn]; ph != nil && ph.NetProgP99Bucket > 0 {
-		return fmt.Sprintf(" kpng-nft's p99 lies in the histogram bucket that ends at %g s (kube-proxy's bucket bounds "+
-			"are 0.25 s, 0.5 s, 1 s, 2 s, 3 s... 60 s): the figure is interpolated within it.", ph.NetProgP99Bucket)
+		return fmt.Sprintf(" %s's p99 lies in the histogram bucket that ends at %g s (kube-proxy's bucket bounds "+
+			"are 0.25 s, 0.5 s, 1 s, 2 s, 3 s... 60 s): the figure is interpolated within it.", k.Name, ph.NetProgP99Bucket)
 	}
 	return ""
 }
