@@ -7,10 +7,11 @@
 // its wait for the Node object, --cleanup, and the removal of kube-proxy's
 // own rules once the backend's first sync is in place.
 //
-// A program is a Proxy naming the backend of each mode, and two calls:
+// A program is a Proxy naming the backend of each mode, and two calls
+// (see ExampleNewCommand):
 //
 //	p := &kubeproxy.Proxy{Name: "my-proxy", Backends: map[config.ProxyMode]backend.Registration{
-//		config.ProxyModeNFTables: {Name: "mine", New: func() backend.Plugin { return &myPlugin{} }},
+//		config.ProxyModeNFTables: {Name: "mine", New: func() backend.Plugin { return myPlugin{} }},
 //	}}
 //	os.Exit(kubeproxy.Execute(kubeproxy.NewCommand(p)))
 //
