@@ -6,7 +6,7 @@
 #
 #   hack/fuzz.sh                    # 10 minutes each
 #   hack/fuzz.sh -t 2m              # 2 minutes each
-#   hack/fuzz.sh -t 1m FuzzWatch    # the targets whose name matches
+#   hack/fuzz.sh -t 1m '^FuzzWatch$'  # the targets whose name matches
 #
 # A failing input is written by go test under the package's
 # testdata/fuzz/<target>/; fix what it shows and commit the file beside the
@@ -33,7 +33,7 @@ filter=${1:-.}
 mapfile -t targets < <(git ls-files '*_test.go' | grep -v '^hack/' |
 	xargs grep -h -o -H '^func Fuzz[A-Za-z0-9_]*(f \*testing.F)' |
 	sed -E 's|^(.*)/[^/]*_test.go:func (Fuzz[A-Za-z0-9_]*)\(.*|./\1 \2|' |
-	grep -E " .*${filter}" | sort -u)
+	awk -v re="${filter}" '$2 ~ re' | sort -u)
 if [[ ${#targets[@]} -eq 0 ]]; then
 	echo "fuzz.sh: no fuzz target matches ${filter}" >&2
 	exit 1
