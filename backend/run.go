@@ -47,7 +47,7 @@ type Options struct {
 	// rules were changed behind its back, so that the repair takes
 	// milliseconds, not a sync period. MinSyncPeriod spaces requested
 	// Resyncs from each other (someone rewriting the rules in a loop gets
-	// one repair per MinSyncPeriod), not from the syncs of changes: a
+	// two repairs per MinSyncPeriod), not from the syncs of changes: a
 	// repair does not wait out the rate limit of endpoint churn. Before the
 	// first sync it is ignored (the first sync writes everything anyway).
 	ResyncNow <-chan struct{}
@@ -98,8 +98,13 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 	var lastEnd time.Time    // of the last sync
 	var lastResync time.Time // start of the last successful Reset or Resync
 	var retryAt time.Time    // after a failure
-	var lastRepair time.Time // end of the last sync requested on ResyncNow
-	repair := false          // a sync is requested on ResyncNow
+	// repairs are the ends of the last two syncs requested on ResyncNow,
+	// older first: repairs come at most two per MinSyncPeriod, so that a
+	// damage done in two steps (a chain flushed, then deleted) is repaired
+	// at once both times, while a writer that rewrites the rules in a loop
+	// still gets no more.
+	var repairs [2]time.Time
+	repair := false // a sync is requested on ResyncNow
 	failures := 0
 	synced := false // a sync has succeeded
 
@@ -195,7 +200,7 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 			case failures > 0:
 				return retryAt
 			case repair:
-				return lastRepair.Add(opts.MinSyncPeriod)
+				return repairs[0].Add(opts.MinSyncPeriod)
 			}
 			return lastEnd.Add(opts.MinSyncPeriod)
 		}
@@ -216,7 +221,7 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 		res.Err = b.Sync(ctx, state, pending)
 		lastEnd = time.Now()
 		if repair {
-			lastRepair, repair = lastEnd, false
+			repairs, repair = [2]time.Time{repairs[1], lastEnd}, false
 		}
 		res.Duration = lastEnd.Sub(start)
 		res.Full = pending.Reset || pending.Resync
