@@ -797,12 +797,19 @@ run_e2e() {
 # per configuration, replaced by its next run) and rewrites the table in
 # docs/conformance.md from all of them.
 record_result() {
-	local label="${proxy} ${backend}" file
+	local label="${proxy} ${backend}" file suite
 	((split == 0)) || label+=" split"
-	file="${root}/docs/conformance-runs/${label// /-}.txt"
+	# The suite: the focus's first word after "[sig-network] " (Services,
+	# Conntrack, ...); a run of another focus is kept beside, not over, it.
+	suite="$(sed -E 's/^\\\[sig-network\\\] //; s/[^A-Za-z0-9].*//' <<<"${focus}")"
+	[[ -n ${suite} ]] || suite=custom
+	file="${proxy}-${backend}"
+	((split == 0)) || file+="-split"
+	if [[ ${suite} != Services ]]; then label+=" (${suite})" file+="-${suite}"; fi
+	file="${root}/docs/conformance-runs/${file}.txt"
 	mkdir -p "$(dirname "${file}")"
 	{
-		printf 'label: %s\nproxy: %s\nmode: %s\n' "${label}" "${proxy}" "${backend}"
+		printf 'label: %s\nproxy: %s\nmode: %s\nsuite: %s\nsplit: %s\n' "${label}" "${proxy}" "${backend}" "${suite}" "${split}"
 		printf 'date: %s\nkpng: %s\nkubernetes: %s\n' "$(date -u +%Y-%m-%dT%H:%MZ)" \
 			"$(git -C "${root}" describe --always --dirty)" "${K8S_VERSION}"
 		printf 'containerd: %s\nrunc: %s\nnodes: %s\n' "${CONTAINERD_VERSION}" \

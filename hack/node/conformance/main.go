@@ -103,9 +103,13 @@ func render(runs []*run) string {
 			r.label, ranCount(r.ran), r.counts["Passed"], r.counts["Failed"], r.counts["Skipped"],
 			r.fields["date"], r.fields["kpng"], r.fields["kubernetes"], r.fields["focus"], r.fields["seconds"])
 	}
-	byLabel := map[string]*run{}
+	// kube-proxy's run of the same mode and suite is each kpng run's
+	// reference.
+	refs := map[string]*run{}
 	for _, r := range runs {
-		byLabel[r.label] = r
+		if r.proxy == "kube-proxy" {
+			refs[r.mode+" "+r.suite()] = r
+		}
 	}
 	for _, r := range runs {
 		if len(r.failed) == 0 {
@@ -114,7 +118,7 @@ func render(runs []*run) string {
 		fmt.Fprintf(&b, "\n### Failed in %s\n\n", r.label)
 		var ref *run
 		if r.proxy == "kpng" {
-			ref = byLabel["kube-proxy "+r.mode]
+			ref = refs[r.mode+" "+r.suite()]
 		}
 		for _, f := range r.failed {
 			note := ""
@@ -127,6 +131,15 @@ func render(runs []*run) string {
 		}
 	}
 	return b.String()
+}
+
+// suite is the focus the run had: Services (what runs recorded before
+// the field existed ran), Conntrack, ...
+func (r *run) suite() string {
+	if s := r.fields["suite"]; s != "" {
+		return s
+	}
+	return "Services"
 }
 
 func ranCount(ran string) string {

@@ -30,6 +30,16 @@ failed:
   [FAIL] [sig-network] Services [It] should a
   [FAIL] [sig-network] Services [It] should b
 `)
+	// Another suite's run is no reference for the Services runs.
+	writeRun(t, dir, "kube-proxy-nft-Conntrack.txt", `label: kube-proxy nft (Conntrack)
+proxy: kube-proxy
+mode: nft
+suite: Conntrack
+date: 2026-11-25T16:00Z
+result: SUCCESS! -- 3 Passed | 0 Failed | 0 Pending | 6997 Skipped
+ran: Ran 3 of 7000 Specs in 80 seconds
+failed:
+`)
 	writeRun(t, dir, "kube-proxy-nft.txt", `label: kube-proxy nft
 proxy: kube-proxy
 mode: nft
