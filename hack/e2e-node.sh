@@ -810,8 +810,10 @@ record_result() {
 	mkdir -p "$(dirname "${file}")"
 	{
 		printf 'label: %s\nproxy: %s\nmode: %s\nsuite: %s\nsplit: %s\n' "${label}" "${proxy}" "${backend}" "${suite}" "${split}"
-		printf 'date: %s\nkpng: %s\nkubernetes: %s\n' "$(date -u +%Y-%m-%dT%H:%MZ)" \
-			"$(git -C "${root}" describe --always --dirty)" "${K8S_VERSION}"
+		# -dirty: code changed, not docs (earlier --record runs write there).
+		printf 'date: %s\nkpng: %s%s\nkubernetes: %s\n' "$(date -u +%Y-%m-%dT%H:%MZ)" \
+			"$(git -C "${root}" describe --always)" \
+			"$(git -C "${root}" diff --quiet HEAD -- . ':(exclude)docs' || echo -dirty)" "${K8S_VERSION}"
 		printf 'containerd: %s\nrunc: %s\nnodes: %s\n' "${CONTAINERD_VERSION}" \
 			"$(runc --version | head -n1 | awk '{print $3}')" "${nodes}"
 		printf 'focus: %s\nskip: %s\nseconds: %s\n' "${focus}" "${skip}" "$2"
