@@ -284,20 +284,31 @@ cleanup() {
 		sleep infinity & wait $! || true
 	fi
 	log "tearing down ${R}"
-	# Kubelets first, so that nothing restarts containers; then every
-	# process in the nodes' cgroups (the containers), then what else runs
-	# from this run's folder (containerd, its shims, the control plane).
-	for pid in "${pids[@]}"; do kill "${pid}" 2>/dev/null || true; done
-	for cg in /sys/fs/cgroup/pids"${cgroot}" /sys/fs/cgroup/freezer"${cgroot}"; do
-		[[ -d ${cg} ]] || continue
-		find "${cg}" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+	# Kubelets and containerds first (SIGKILL: a daemon shutting down
+	# gracefully still starts shims and containers), then every process in
+	# the nodes' cgroups (the containers) and every process whose command
+	# line names this run's folder (shims, the control plane). Again until
+	# a pass finds none: a process started during a pass may have a lower
+	# pid than the scan had reached (pids wrap), and was missed.
+	for pid in "${pids[@]}"; do kill -9 "${pid}" 2>/dev/null || true; done
+	local pass found
+	for ((pass = 0; pass < 50; pass++)); do
+		found=0
+		for cg in /sys/fs/cgroup/pids"${cgroot}" /sys/fs/cgroup/freezer"${cgroot}"; do
+			[[ -d ${cg} ]] || continue
+			for pid in $(find "${cg}" -name cgroup.procs -exec cat {} + 2>/dev/null); do
+				kill -9 "${pid}" 2>/dev/null && found=1
+			done
+		done
+		for d in /proc/[0-9]*; do
+			if { tr '\0' ' ' <"${d}/cmdline"; } 2>/dev/null | grep -qF "${R}/"; then
+				kill -9 "${d#/proc/}" 2>/dev/null && found=1
+			fi
+		done
+		((found)) || break
+		sleep 0.2
 	done
-	for d in /proc/[0-9]*; do
-		if { tr '\0' ' ' <"${d}/cmdline"; } 2>/dev/null | grep -qF "${R}/"; then
-			kill -9 "${d#/proc/}" 2>/dev/null || true
-		fi
-	done
-	sleep 1
+	((found == 0)) || log "processes of ${R} still alive after ${pass} passes"
 	# Mounts: each node's mount namespace holds its own (overlays, tmpfs,
 	# netns files) and goes away with its last process and this bind.
 	for ((i = 1; i <= nodes; i++)); do
