@@ -533,11 +533,11 @@ func (s *suite) repair(t *testing.T, r *row, dmg damage) {
 		r.measured = fmt.Sprintf("repaired before the first check, within %v", took.Round(time.Millisecond))
 	}
 	// The target is 1 s. kpng's iptables backend meets it in most
-	// runs, not all (1.25 s seen once after the fix that brought it from
-	// 1.1-1.4 s down to 70-140 ms): an open finding, reported by the full
-	// run (hack/faults.sh). CI's fast subset holds iptables to the bound
-	// the sync loop guarantees, two repairs per MinSyncPeriod (1 s), so
-	// that a repair waits at most one period.
+	// runs, not all (1.25 s seen once, after "table deleted", following
+	// the fix that brought repairs from 1.1-1.4 s down to 64-140 ms): an
+	// open finding whose cause is not known yet, reported against 1 s by
+	// the full run (hack/faults.sh). CI's fast subset holds iptables to
+	// 2 s meanwhile: a looser threshold, not a fix and not a guarantee.
 	target := time.Second
 	if !s.c.v.nftables() && os.Getenv("KPNG_FAULTS_FULL") != "1" {
 		target = 2 * time.Second
