@@ -119,7 +119,7 @@ build() {
 	want_stamp="$(stamp | tr '\n' ' ')"
 	local s tmp name
 	tmp="$(mktemp -d "${bin}/.build.XXXXXX")"
-	local tools=(kubelet kube-controller-manager kube-scheduler kubectl agnhost mkimage pause)
+	local tools=(kubelet kube-controller-manager kube-scheduler kubectl agnhost regression-issue-74839 mkimage pause)
 	local fresh_all=1
 	for name in "${tools[@]}"; do
 		[[ -x "${bin}/${name}" && "$(cat "${bin}/${name}.stamp" 2>/dev/null)" == "${want_stamp}" ]] || fresh_all=0
@@ -130,7 +130,8 @@ build() {
 		(cd "${root}/hack/node" && CGO_ENABLED=0 go build -trimpath -ldflags="$(ldflags)" -o "${tmp}/" \
 			k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-controller-manager \
 			k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl \
-			k8s.io/kubernetes/test/images/agnhost ./mkimage ./pause) || { rm -rf "${tmp}"; die "build failed"; }
+			k8s.io/kubernetes/test/images/agnhost k8s.io/kubernetes/test/images/regression-issue-74839 \
+			./mkimage ./pause) || { rm -rf "${tmp}"; die "build failed"; }
 		for name in "${tools[@]}"; do
 			mv -f "${tmp}/${name}" "${bin}/${name}" && printf '%s' "${want_stamp}" >"${bin}/${name}.stamp"
 		done
@@ -175,7 +176,9 @@ build() {
 }
 
 # image_names sets pause_image and agnhost_image to the names e2e.test uses
-# (agnhost_names: every agnhost name it lists, each a --name for mkimage).
+# (agnhost_names: every agnhost name it lists, each a --name for mkimage;
+# busybox_names and boom_names likewise, for the Conntrack specs' busybox
+# and regression-issue-74839 images).
 image_names() {
 	local list
 	if ((smoke)) && ! [[ -x "${bin}/e2e.test" ]]; then
@@ -183,12 +186,17 @@ image_names() {
 		# and the pods' agree with the images imported.
 		pause_image=kpng.local/pause:smoke agnhost_image=kpng.local/agnhost:smoke
 		agnhost_names=("--name=${agnhost_image}")
+		busybox_names=("--name=kpng.local/busybox:smoke")
+		boom_names=("--name=kpng.local/regression-issue-74839:smoke")
 		return
 	fi
 	list="$("${bin}/e2e.test" --list-images 2>/dev/null)"
 	pause_image="$(grep -m1 '/pause:' <<<"${list}")"
 	agnhost_image="$(grep '/e2e-test-images/agnhost:' <<<"${list}" | sort -V | tail -n1)"
 	mapfile -t agnhost_names < <(grep '/agnhost:' <<<"${list}" | sed 's/^/--name=/')
+	mapfile -t busybox_names < <(grep '/busybox:' <<<"${list}" | sed 's/^/--name=/')
+	mapfile -t boom_names < <(grep '/regression-issue-74839:' <<<"${list}" | sed 's/^/--name=/')
+	((${#busybox_names[@]} && ${#boom_names[@]})) || die "e2e.test --list-images names no busybox or regression-issue-74839 image"
 	[[ -n ${pause_image} && -n ${agnhost_image} ]] || die "e2e.test --list-images names no pause or agnhost image"
 }
 
@@ -222,6 +230,19 @@ build_images() {
 	coredns_image="kpng.local/coredns:${COREDNS_VERSION}"
 	"${bin}/mkimage" --output "${tmp}/coredns.tar" --name "${coredns_image}" \
 		--entrypoint /coredns "${bin}/coredns=/coredns"
+	# The Conntrack specs' server that injects an out-of-window TCP
+	# packet, built from the module's test/images, as upstream's image is.
+	"${bin}/mkimage" --output "${tmp}/boom.tar" "${boom_names[@]}" \
+		--entrypoint /regression-issue-74839 "${bin}/regression-issue-74839=/regression-issue-74839"
+	# busybox: Debian's static build, a link for each of its applets and
+	# "sh" for its command, as in upstream's image (busybox's own).
+	debs_closure "${tmp}/busybox-deb" busybox-static
+	dpkg-deb -x "${tmp}"/busybox-deb/busybox-static_*.deb "${tmp}/busybox-root"
+	local bb_links
+	mapfile -t bb_links < <("${tmp}/busybox-root/bin/busybox" --list-full | grep -v '^bin/busybox$' | sed 's#^#--link=/#; s#$#=/bin/busybox#')
+	((${#bb_links[@]} > 100)) || die "busybox lists only ${#bb_links[@]} applets"
+	"${bin}/mkimage" --output "${tmp}/busybox.tar" "${busybox_names[@]}" "${bb_links[@]}" \
+		--arg sh "${tmp}/busybox-root/bin/busybox=/bin/busybox"
 	# agnhost: the binary, plus the shell tools the tests exec in it (the
 	# upstream image is Alpine with curl, nc, ip...), from Debian packages,
 	# assembled by hack/image (which puts its binary at /usr/local/bin/kpng
@@ -252,7 +273,7 @@ build_images() {
 	# Renamed into place, so that a run importing them meanwhile reads
 	# whole files.
 	local t
-	for t in pause coredns kpng kube-proxy; do mv -f "${tmp}/${t}.tar" "${img}/${t}.tar"; done
+	for t in pause coredns boom busybox kpng kube-proxy; do mv -f "${tmp}/${t}.tar" "${img}/${t}.tar"; done
 	rm -rf "${tmp}"
 	log "images built in $((SECONDS - s))s: ${pause_image} ${agnhost_image} ${kpng_image} ${kube_proxy_image}"
 }
@@ -509,7 +530,7 @@ node_up() {
 	start "n${i}-containerd" in_node "${i}" env PATH="${bin}:${PATH}" "${bin}/containerd" --config "${d}/containerd.toml"
 	wait_for "containerd on n${i}" 60 in_node "${i}" "${bin}/ctr" --address "${d}/containerd.sock" version
 	local t
-	for t in pause agnhost coredns kpng kube-proxy; do
+	for t in pause agnhost coredns boom busybox kpng kube-proxy; do
 		in_node "${i}" "${bin}/ctr" --address "${d}/containerd.sock" -n k8s.io images import \
 			"${cache}/images/${t}.tar" >/dev/null || die "importing ${t} on n${i}"
 	done

@@ -3,9 +3,11 @@
 // nodes of hack/e2e-node.sh need no registry:
 //
 //	mkimage --output F --name N [--name N2...] [--base OCI-TARBALL]
-//	        [--entrypoint /path] [--arg ARG...] HOSTFILE=/path/in/image ...
+//	        [--entrypoint /path] [--arg ARG...] [--link /path=TARGET...]
+//	        HOSTFILE=/path/in/image ...
 //
-// Each HOSTFILE goes into one layer at its path, mode kept. --base starts
+// Each HOSTFILE goes into one layer at its path, mode kept, and each
+// --link is a symbolic link in that layer (busybox's applets). --base starts
 // from the first image of an OCI image-layout tarball (hack/image.sh's
 // output), so kube-proxy's image reuses the iptables and nft of kpng's.
 package main
@@ -36,20 +38,21 @@ func (l *list) String() string     { return strings.Join(*l, ",") }
 func (l *list) Set(v string) error { *l = append(*l, v); return nil }
 
 func main() {
-	var names, args list
+	var names, args, links list
 	output := flag.String("output", "", "tarball to write")
 	base := flag.String("base", "", "OCI image-layout tarball to start from")
 	entrypoint := flag.String("entrypoint", "", "the image's entrypoint")
 	flag.Var(&names, "name", "a name for the image (repeatable)")
-	flag.Var(&args, "arg", "an argument after the entrypoint (repeatable)")
+	flag.Var(&args, "arg", "an argument after the entrypoint, or without one the command (repeatable)")
+	flag.Var(&links, "link", "a symbolic link /path=TARGET in the layer (repeatable)")
 	flag.Parse()
-	if err := run(*output, *base, *entrypoint, names, args, flag.Args()); err != nil {
+	if err := run(*output, *base, *entrypoint, names, args, links, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "mkimage:", err)
 		os.Exit(1)
 	}
 }
 
-func run(output, base, entrypoint string, names, args, files []string) error {
+func run(output, base, entrypoint string, names, args, links, files []string) error {
 	if output == "" || len(names) == 0 {
 		return errors.New("--output and --name are required")
 	}
@@ -61,7 +64,7 @@ func run(output, base, entrypoint string, names, args, files []string) error {
 		}
 	}
 	var buf bytes.Buffer
-	if err := layerTar(&buf, files); err != nil {
+	if err := layerTar(&buf, files, links); err != nil {
 		return err
 	}
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
@@ -81,6 +84,9 @@ func run(output, base, entrypoint string, names, args, files []string) error {
 	cfg.OS, cfg.Architecture = "linux", "amd64"
 	if entrypoint != "" {
 		cfg.Config.Entrypoint = []string{entrypoint}
+	}
+	if entrypoint != "" || len(args) > 0 {
+		// Without an entrypoint, the args are the command (busybox's "sh").
 		cfg.Config.Cmd = args
 	}
 	if len(cfg.Config.Env) == 0 {
@@ -155,15 +161,13 @@ func fromOCITarball(file string) (v1.Image, error) {
 	return idx.Image(m.Manifests[0].Digest)
 }
 
-// layerTar writes one layer holding each HOSTFILE=/path, with its parents.
-func layerTar(w io.Writer, files []string) error {
+// layerTar writes one layer holding each HOSTFILE=/path and each
+// /path=TARGET symbolic link, with their parents.
+func layerTar(w io.Writer, files, links []string) error {
 	tw := tar.NewWriter(w)
 	dirs := map[string]bool{}
-	for _, spec := range files {
-		src, dst, ok := strings.Cut(spec, "=")
-		if !ok || !path.IsAbs(dst) {
-			return fmt.Errorf("file %q: want HOSTFILE=/path/in/image", spec)
-		}
+	// header writes h after the folders above it that are not written yet.
+	header := func(dst string, h *tar.Header) error {
 		var parents []string
 		for d := path.Dir(dst); d != "/" && !dirs[d]; d = path.Dir(d) {
 			parents = append([]string{d}, parents...)
@@ -174,6 +178,14 @@ func layerTar(w io.Writer, files []string) error {
 				return err
 			}
 		}
+		h.Name = strings.TrimPrefix(dst, "/")
+		return tw.WriteHeader(h)
+	}
+	for _, spec := range files {
+		src, dst, ok := strings.Cut(spec, "=")
+		if !ok || !path.IsAbs(dst) {
+			return fmt.Errorf("file %q: want HOSTFILE=/path/in/image", spec)
+		}
 		data, err := os.ReadFile(src)
 		if err != nil {
 			return err
@@ -182,11 +194,19 @@ func layerTar(w io.Writer, files []string) error {
 		if err != nil {
 			return err
 		}
-		h := &tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(dst, "/"), Mode: int64(st.Mode().Perm()), Size: int64(len(data))}
-		if err := tw.WriteHeader(h); err != nil {
+		if err := header(dst, &tar.Header{Typeflag: tar.TypeReg, Mode: int64(st.Mode().Perm()), Size: int64(len(data))}); err != nil {
 			return err
 		}
 		if _, err := tw.Write(data); err != nil {
+			return err
+		}
+	}
+	for _, spec := range links {
+		dst, target, ok := strings.Cut(spec, "=")
+		if !ok || !path.IsAbs(dst) || target == "" {
+			return fmt.Errorf("link %q: want /path/in/image=TARGET", spec)
+		}
+		if err := header(dst, &tar.Header{Typeflag: tar.TypeSymlink, Linkname: target, Mode: 0o777}); err != nil {
 			return err
 		}
 	}
