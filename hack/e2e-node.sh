@@ -6,7 +6,7 @@
 #
 #   hack/e2e-node.sh [--proxy kpng|kube-proxy] [--backend nft|iptables]
 #                    [--split] [--focus RE] [--skip RE] [--nodes N] [--smoke]
-#                    [--record] [--keep] [--build-only]
+#                    [--record [--suite NAME]] [--keep] [--build-only]
 #
 # What it starts, each process in network namespaces of its own (named
 # kpn18-<run>-*) joined by a bridge in another, so that nothing touches the
@@ -14,7 +14,8 @@
 #   - cp: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, and
 #     e2e.test itself (10.99.0.10);
 #   - n1..nN: containerd and a kubelet (10.99.0.1N, hostname nN in a UTS
-#     namespace of its own), pod CIDR 10.244.N.0/24
+#     namespace of its own, zone zone-((N-1)%3): the Traffic Distribution
+#     specs want 3 zones of 2 nodes, --nodes 6), pod CIDR 10.244.N.0/24
 #     on a CNI bridge, routes to the other nodes' pod CIDRs. Each node also
 #     has a mount namespace of its own, in which /run and /var/log are
 #     private tmpfs (CNI netns files, xtables lock, container logs) and the
@@ -56,7 +57,7 @@ COREDNS_VERSION=v1.14.7
 DNS_IP=10.96.0.10
 
 proxy=kpng backend=nft focus='\[sig-network\] Services' skip='\[Disruptive\]|SCTP|\[Feature:' nodes=2
-smoke=0 record=0 keep=0 build_only=0 split=0
+smoke=0 record=0 keep=0 build_only=0 split=0 suite=
 while (($#)); do
 	case "$1" in
 	--proxy) proxy="$2"; shift 2 ;;
@@ -67,6 +68,7 @@ while (($#)); do
 	--split) split=1; shift ;;
 	--smoke) smoke=1; shift ;;
 	--record) record=1; shift ;;
+	--suite) suite="$2"; shift 2 ;;
 	--keep) keep=1; shift ;;
 	--build-only) build_only=1; shift ;;
 	-h | --help) sed -n '2,47p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -561,7 +563,8 @@ node_up() {
 	EOF
 	start "n${i}-kubelet" in_node "${i}" "${bin}/kubelet" --config="${d}/kubelet.yaml" \
 		--kubeconfig="${R}/n${i}.kubeconfig" --root-dir="${d}/kubelet" --cert-dir="${d}/kubelet-pki" \
-		--hostname-override="n${i}" --node-ip="10.99.0.1${i}"
+		--hostname-override="n${i}" --node-ip="10.99.0.1${i}" \
+		--node-labels="topology.kubernetes.io/zone=zone-$(((i - 1) % 3))"
 }
 
 nodes_ready() {
@@ -631,8 +634,10 @@ proxy_manifests() {
 		printf -- '---\n'
 		go -C "${root}" run ./cmd/kpng certs --brain-name 10.99.0.11
 	elif [[ ${proxy} == kpng ]]; then
+		# Upstream's "restarting kube-proxy" spec finds the proxy's pods by
+		# k8s-app=kube-proxy; with no kube-proxy here, kpng's carry it.
 		"${bin}/kubectl" kustomize "${root}/deploy/kube-proxy-replacement" |
-			sed -e "s#image: kpng.local/kpng:.*#image: ${kpng_image}#"
+			sed -e "s#image: kpng.local/kpng:.*#image: ${kpng_image}#" -e "s#k8s-app: kpng\$#k8s-app: kube-proxy#"
 	else
 		cat <<-EOF
 			apiVersion: apps/v1
@@ -795,9 +800,9 @@ smoke_test() {
 	# kpng must know its own writes from someone else's inside its pod (a
 	# PID namespace of its own): no repair was called for.
 	if [[ ${proxy} == kpng ]]; then
-		local ds=kpng repairs
-		((split == 0)) || ds=kpng-agent
-		repairs="$(kubectl -n kube-system logs -l "k8s-app=${ds}" --tail=-1 | grep -c "behind kpng's back" || true)"
+		local app=kube-proxy repairs # the label the harness gives kpng's pods
+		((split == 0)) || app=kpng-agent
+		repairs="$(kubectl -n kube-system logs -l "k8s-app=${app}" --tail=-1 | grep -c "behind kpng's back" || true)"
 		((repairs == 0)) || die "kpng took its own writes for someone else's ${repairs} time(s) (see its logs)"
 		log "no repair: kpng told its own writes from others' in its pod"
 	fi
@@ -833,7 +838,7 @@ record_result() {
 	((split == 0)) || label+=" split"
 	# The suite: the focus's first word after "[sig-network] " (Services,
 	# Conntrack, ...); a run of another focus is kept beside, not over, it.
-	suite="$(sed -E 's/^\\\[sig-network\\\] //; s/[^A-Za-z0-9].*//' <<<"${focus}")"
+	[[ -n ${suite} ]] || suite="$(sed -E 's/^\\\[sig-network\\\] //; s/[^A-Za-z0-9].*//' <<<"${focus}")"
 	[[ -n ${suite} ]] || suite=custom
 	file="${proxy}-${backend}"
 	((split == 0)) || file+="-split"
