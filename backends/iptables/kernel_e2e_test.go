@@ -4,8 +4,6 @@ package iptables
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
@@ -20,49 +18,21 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/vishvananda/netns"
 
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/internal/netnstest"
 	"github.com/kpng/kpng/internal/procstat"
 )
 
-// newNetns creates a network namespace for one test and deletes it when the
-// test ends, failed or not. Nothing here touches the root namespace.
-func newNetns(t testing.TB) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("the iptables kernel tests need root (they create network namespaces)")
-	}
-	b := make([]byte, 4)
-	rand.Read(b)
-	name := "kpipt-" + hex.EncodeToString(b)
-	// "ip netns add", not netns.NewNamed: on a fresh machine the first
-	// "ip netns" command makes /run/netns a shared mount point of its own,
-	// and a namespace bind-mounted before that (racing with another test
-	// package) can no longer be removed.
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("create netns %s: %v: %s", name, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "netns", "delete", name).CombinedOutput(); err != nil {
-			t.Errorf("delete netns %s: %v: %s", name, err, out)
-		}
-	})
-	if out, err := exec.Command("ip", "-n", name, "link", "set", "lo", "up").CombinedOutput(); err != nil {
-		t.Fatalf("lo up: %v: %s", err, out)
-	}
-	return name
-}
-
 // kernelRunner is an execRunner inside a namespace.
-func kernelRunner(t *testing.T, ns string, v variant, ipv6 bool) *execRunner {
+func kernelRunner(t *testing.T, ns *netnstest.Netns, v variant, ipv6 bool) *execRunner {
 	t.Helper()
 	r := v.runnerFor(ipv6, 5*time.Second)
 	if _, err := exec.LookPath(r.restoreCmd); err != nil {
 		t.Fatalf("%s is required: %v", r.restoreCmd, err)
 	}
-	r.wrap = []string{"ip", "netns", "exec", ns}
+	r.wrap = ns.ExecPrefix()
 	// A lock file of our own: never contend with the host's iptables.
 	r.env = []string{"XTABLES_LOCKFILE=" + filepath.Join(t.TempDir(), "xtables.lock")}
 	return r
@@ -132,9 +102,9 @@ func forEachVariant(t *testing.T, f func(t *testing.T, v variant, ipv6 bool)) {
 // syncEveryKind makes a proxier of variant v writing into a network
 // namespace of its own, ns, and syncs every kind of service with it, in
 // full.
-func syncEveryKind(t *testing.T, v variant, ipv6 bool) (ns string, r *execRunner, p *proxier, st *backend.State, res syncResult) {
+func syncEveryKind(t *testing.T, v variant, ipv6 bool) (ns *netnstest.Netns, r *execRunner, p *proxier, st *backend.State, res syncResult) {
 	t.Helper()
-	ns = newNetns(t)
+	ns = netnstest.New(t, "ipt")
 	r = kernelRunner(t, ns, v, ipv6)
 	p = newProxier(ipv6, testConfig(), r)
 	st = everyKind()
@@ -171,7 +141,7 @@ func TestKernelPartialSyncsEqualFullSync(t *testing.T) {
 		if ipv6 {
 			fam = localv1.IPFamily_IPV6
 		}
-		r := kernelRunner(t, newNetns(t), v, ipv6)
+		r := kernelRunner(t, netnstest.New(t, "ipt"), v, ipv6)
 		p := newProxier(ipv6, testConfig(), r)
 		rng := mrand.New(mrand.NewPCG(3, 4))
 		st := newState()
@@ -203,7 +173,7 @@ func TestKernelPartialSyncsEqualFullSync(t *testing.T) {
 // namespace are those a full sync of st writes in a fresh one.
 func sameAsFullSync(t *testing.T, v variant, ipv6 bool, st *backend.State, r *execRunner, what string) {
 	t.Helper()
-	fresh := kernelRunner(t, newNetns(t), v, ipv6)
+	fresh := kernelRunner(t, netnstest.New(t, "ipt"), v, ipv6)
 	mustSync(t, newProxier(ipv6, testConfig(), fresh), st, backend.Changes{Reset: true})
 	if diff := cmp.Diff(ourRules(t, fresh), ourRules(t, r)); diff != "" {
 		t.Fatalf("%s (-full sync +got):\n%s", what, diff)
@@ -218,7 +188,7 @@ func TestKernelCanary(t *testing.T) {
 
 		ipt := strings.TrimSuffix(r.saveCmd, "-save")
 		for _, args := range [][]string{{"-t", "nat", "-F"}, {"-t", "nat", "-X"}, {"-t", "filter", "-F"}, {"-t", "filter", "-X"}} {
-			cmd := exec.Command("ip", append([]string{"netns", "exec", ns, ipt, "-w", "5"}, args...)...)
+			cmd := ns.Command(t.Context(), append([]string{ipt, "-w", "5"}, args...)...)
 			cmd.Env = append(os.Environ(), r.env...)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("%s %v: %v: %s", ipt, args, err, out)
@@ -250,7 +220,7 @@ func TestKernelCanary(t *testing.T) {
 // TestKernelLockWaitIsBounded: with the xtables lock held by someone else,
 // the legacy restore gives up after -w seconds instead of hanging.
 func TestKernelLockWaitIsBounded(t *testing.T) {
-	ns := newNetns(t)
+	ns := netnstest.New(t, "ipt")
 	r := kernelRunner(t, ns, variants["legacy"], false)
 	r.wait = 1
 	lockFile := strings.TrimPrefix(r.env[0], "XTABLES_LOCKFILE=")
@@ -303,28 +273,19 @@ func TestKernelDetectVariant(t *testing.T) {
 		{"IPv6 canary in legacy, rules in nft", []write{{"legacy", true, canary}, {"nft", true, twoRules}}, "legacy"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ns := newNetns(t)
+			ns := netnstest.New(t, "ipt")
 			for _, w := range tc.writes {
 				r := kernelRunner(t, ns, variants[w.variant], w.ipv6)
 				if err := r.restore(context.Background(), []byte(w.input)); err != nil {
 					t.Fatal(err)
 				}
 			}
-			errc := make(chan error, 1)
 			var got variant
-			go func() {
-				runtime.LockOSThread() // discarded with the namespace it joins
-				h, err := netns.GetFromName(ns)
-				if err == nil {
-					err = netns.Set(h)
-					h.Close()
-				}
-				if err == nil {
-					got, err = detectVariant(context.Background())
-				}
-				errc <- err
-			}()
-			if err := <-errc; err != nil {
+			err := ns.Do(func() (err error) {
+				got, err = detectVariant(context.Background())
+				return err
+			})
+			if err != nil {
 				t.Fatal(err)
 			}
 			if got.name != tc.want {
@@ -358,12 +319,12 @@ func BenchmarkKernelSync(b *testing.B) {
 }
 
 func benchKernelSync(b *testing.B, v variant, services int) {
-	ns := newNetns(b)
+	ns := netnstest.New(b, "ipt")
 	r := v.runnerFor(false, 5*time.Second)
 	if _, err := exec.LookPath(r.restoreCmd); err != nil {
 		b.Fatalf("%s is required: %v", r.restoreCmd, err)
 	}
-	r.wrap = []string{"ip", "netns", "exec", ns}
+	r.wrap = ns.ExecPrefix()
 	r.env = []string{"XTABLES_LOCKFILE=" + filepath.Join(b.TempDir(), "xtables.lock")}
 	st := bigState(services, 10)
 	p := newProxier(false, testConfig(), r)

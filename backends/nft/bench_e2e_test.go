@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/internal/netnstest"
 	"github.com/kpng/kpng/internal/procstat"
 )
 
@@ -35,7 +36,7 @@ func BenchmarkKernel(b *testing.B) {
 
 func benchmarkKernel(b *testing.B, services int, netlink bool) {
 	var failure string
-	inNetns(b, func(string) {
+	inNetns(b, func(*netnstest.Netns) {
 		nft, err := knftables.New(knftables.IPv4Family, "kpng")
 		if err != nil {
 			failure = err.Error()

@@ -4,91 +4,38 @@ package nft
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
 	"sigs.k8s.io/knftables"
 
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/internal/netnstest"
 )
 
-// inNetns runs fn on a thread that is in a new network namespace (so the
-// nft processes it starts are too), and deletes the namespace afterwards,
-// whatever happens.
-func inNetns(t testing.TB, fn func(ns string)) {
+// inNetns runs fn on a thread in a new network namespace (so the nft
+// processes it starts are too); the namespace goes with the test.
+func inNetns(t testing.TB, fn func(ns *netnstest.Netns)) {
 	t.Helper()
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Fatalf("the nft command is required: %v", err)
 	}
-	name := fmt.Sprintf("kpng-nft-%d", os.Getpid())
-	done := make(chan struct{})
-	var failure any
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		// The thread is not unlocked: if restoring the namespace failed, it
-		// must die with the goroutine rather than serve others.
-		orig, err := netns.Get()
-		if err != nil {
-			failure = err
-			return
-		}
-		defer orig.Close()
-		// "ip netns add", not netns.NewNamed: on a fresh machine the first
-		// "ip netns" command makes /run/netns a shared mount point of its
-		// own, and a namespace bind-mounted before that (by NewNamed,
-		// racing with another test package) can no longer be removed.
-		if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-			failure = fmt.Errorf("creating netns %s: %v: %s", name, err, strings.TrimSpace(string(out)))
-			return
-		}
-		defer func() {
-			if out, err := exec.Command("ip", "netns", "delete", name).CombinedOutput(); err != nil {
-				t.Errorf("deleting netns %s: %v: %s", name, err, strings.TrimSpace(string(out)))
-			}
-		}()
-		ns, err := netns.GetFromName(name)
-		if err != nil {
-			failure = fmt.Errorf("opening netns %s: %w", name, err)
-			return
-		}
-		defer ns.Close()
-		if err := netns.Set(ns); err != nil {
-			failure = fmt.Errorf("entering netns %s: %w", name, err)
-			return
-		}
-		defer func() {
-			if err := netns.Set(orig); err == nil {
-				runtime.UnlockOSThread()
-			}
-		}()
-		defer func() {
-			if r := recover(); r != nil {
-				failure = r
-			}
-		}()
-		fn(name)
-	}()
-	<-done
-	if failure != nil {
-		t.Fatalf("%v", failure)
+	ns := netnstest.New(t, "nft")
+	if err := ns.Do(func() error { fn(ns); return nil }); err != nil {
+		t.Fatal(err)
 	}
 }
 
 // nftIn runs nft in the namespace.
-func nftIn(t *testing.T, ns string, args ...string) string {
+func nftIn(t *testing.T, ns *netnstest.Netns, args ...string) string {
 	t.Helper()
-	out, err := exec.Command("ip", append([]string{"netns", "exec", ns, "nft"}, args...)...).CombinedOutput()
+	out, err := ns.Run(append([]string{"nft"}, args...)...)
 	if err != nil {
-		t.Fatalf("nft %s: %v\n%s", strings.Join(args, " "), err, out)
+		t.Fatal(err)
 	}
-	return string(out)
+	return out
 }
 
 // realFixture is a backend on the real tables of the current namespace,
@@ -127,7 +74,7 @@ func realFixtureWith(t *testing.T, cfg Config, netlink bool) *fixture {
 // matches what we wrote, a restart reconciles without rewriting, and a
 // resync repairs what was changed behind our back.
 func TestKernel(t *testing.T) {
-	inNetns(t, func(ns string) {
+	inNetns(t, func(ns *netnstest.Netns) {
 		ctx := context.Background()
 		f := realFixture(t)
 		f.set(richServices()...)
@@ -235,7 +182,7 @@ func TestKernel(t *testing.T) {
 // TestNftCommandReportsErrors: a transaction nft refuses is an error that
 // says why, and changes nothing.
 func TestNftCommandReportsErrors(t *testing.T) {
-	inNetns(t, func(ns string) {
+	inNetns(t, func(ns *netnstest.Netns) {
 		real, err := knftables.New(knftables.IPv4Family, "kpng")
 		if err != nil {
 			t.Fatal(err)

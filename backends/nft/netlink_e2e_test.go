@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/internal/netnstest"
 	"github.com/kpng/kpng/proxyutil/host"
 )
 
@@ -41,7 +42,7 @@ func TestNetlinkMatchesNft(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cfg := testConfig()
 			configs[name](&cfg)
-			inNetns(t, func(ns string) {
+			inNetns(t, func(ns *netnstest.Netns) {
 				f := realFixtureWith(t, cfg, true)
 				f.set(richServices()...)
 				for _, step := range netlinkSteps() {
@@ -76,7 +77,7 @@ func TestNetlinkMatchesNft(t *testing.T) {
 
 // mapDecls lists every map of both tables with the declaration nft prints
 // for it ("typeof ..." or "type ..."), sorted.
-func mapDecls(t *testing.T, ns string) string {
+func mapDecls(t *testing.T, ns *netnstest.Netns) string {
 	t.Helper()
 	var decls []string
 	for _, fam := range []string{"ip", "ip6"} {
@@ -101,7 +102,7 @@ func mapDecls(t *testing.T, ns string) string {
 // rules by chain in their order, elements sorted. (The order in which
 // chains, sets and elements are listed is the order of their creation,
 // which differs between an incremental and a full sync.)
-func listTable(t *testing.T, ns, fam string) string {
+func listTable(t *testing.T, ns *netnstest.Netns, fam string) string {
 	t.Helper()
 	out := nftIn(t, ns, "-j", "list", "table", fam, "kpng")
 	var l struct {
@@ -148,7 +149,7 @@ func diffLines(got, want string) string {
 // (the whole transaction is aborted), the sync fails, and the next one
 // reads the table back and repairs it with nft.
 func TestNetlinkFailureIsAtomic(t *testing.T) {
-	inNetns(t, func(ns string) {
+	inNetns(t, func(ns *netnstest.Netns) {
 		f := realFixture(t)
 		f.set(richServices()...)
 		webChain := "service-Y6QD5CCT-ns/web/tcp/http"
@@ -185,7 +186,7 @@ func TestNetlinkFailureIsAtomic(t *testing.T) {
 // sameAsNftWrites fails the test, saying what, unless f's IPv4 table in ns
 // is the one a fresh backend writes with the nft command for f's state.
 // It deletes the table.
-func sameAsNftWrites(t *testing.T, ns string, f *fixture, what string) {
+func sameAsNftWrites(t *testing.T, ns *netnstest.Netns, f *fixture, what string) {
 	t.Helper()
 	got := listTable(t, ns, "ip")
 	nftIn(t, ns, "delete", "table", "ip", "kpng")
@@ -201,7 +202,7 @@ func sameAsNftWrites(t *testing.T, ns string, f *fixture, what string) {
 // batch of megabytes (beyond the socket's default send buffer), still one
 // transaction, still the state nft writes.
 func TestNetlinkLargeBatch(t *testing.T) {
-	inNetns(t, func(ns string) {
+	inNetns(t, func(ns *netnstest.Netns) {
 		f := realFixture(t)
 		f.sync(backend.Changes{})
 		f.set(many(3000)...)

@@ -6,6 +6,8 @@ import (
 	"net"
 	"slices"
 	"time"
+
+	"github.com/kpng/kpng/internal/netnstest"
 )
 
 // ProbeResult is what a host-network client on the proxy's node observes
@@ -28,7 +30,7 @@ type ProbeResult struct {
 // (and closes) connections until the listener is closed.
 func servePod(ns string) (net.Listener, error) {
 	var l net.Listener
-	err := inNetns(ns, func() error {
+	err := (&netnstest.Netns{Name: ns}).Do(func() error {
 		var err error
 		l, err = net.Listen("tcp4", net.JoinHostPort(probePodIP, fmt.Sprint(endpointPort)))
 		return err
@@ -54,7 +56,7 @@ func servePod(ns string) (net.Listener, error) {
 func probe(ns, target string, d time.Duration) (ProbeResult, error) {
 	r := ProbeResult{Target: target}
 	var lat []time.Duration
-	err := inNetns(ns, func() error {
+	err := (&netnstest.Netns{Name: ns}).Do(func() error {
 		dialer := net.Dialer{Timeout: time.Second}
 		begin := time.Now()
 		for time.Since(begin) < d {

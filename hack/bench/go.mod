@@ -4,7 +4,6 @@ go 1.26.0
 
 require (
 	github.com/kpng/kpng v0.0.0
-	github.com/vishvananda/netns v0.0.5
 	golang.org/x/term v0.46.0
 	gonum.org/v1/plot v0.17.0
 	k8s.io/api v0.36.3
@@ -35,6 +34,7 @@ require (
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/spf13/pflag v1.1.0 // indirect
+	github.com/vishvananda/netns v0.0.5 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect

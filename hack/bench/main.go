@@ -41,6 +41,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/kpng/kpng/internal/netnstest"
 	"github.com/kpng/kpng/test/integration/apiserver"
 )
 
@@ -175,13 +176,13 @@ func runParent(root, outDir, reportDir string, noReport bool) int {
 	}
 	runID := strconv.Itoa(os.Getpid())
 	benchNS := nsPrefix + runID + "-api"
-	if err := createNetns(benchNS); err != nil {
+	if _, err := netnstest.Create(benchNS); err != nil {
 		fatal(err)
 	}
 	defer func() {
 		names, _ := benchNamespaces(os.Getpid())
 		for _, n := range names {
-			if err := deleteNetns(n); err != nil {
+			if err := netnstest.Delete(n); err != nil {
 				logf("cleanup: %v", err)
 			}
 		}

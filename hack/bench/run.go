@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kpng/kpng/internal/netnstest"
 	"github.com/kpng/kpng/test/integration/apiserver"
 )
 
@@ -123,8 +124,8 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 		}
 		p.metrics = net.JoinHostPort(p.addr, metricsPort(i))
 		tb.Cleanup(func() {
-			_ = deleteNetns(p.podNS)
-			_ = deleteNetns(p.ns)
+			_ = netnstest.Delete(p.podNS)
+			_ = netnstest.Delete(p.ns)
 		})
 		if err := plumb(p, i); err != nil {
 			return nil, err
@@ -241,7 +242,7 @@ func mb(b int64) float64 { return float64(b) / (1 << 20) }
 // cluster IP has a route before the proxy's NAT rules rewrite it.
 func plumb(p *proxy, i int) error {
 	for _, ns := range []string{p.ns, p.podNS} {
-		if err := createNetns(ns); err != nil {
+		if _, err := netnstest.Create(ns); err != nil {
 			return err
 		}
 	}
@@ -252,7 +253,7 @@ func plumb(p *proxy, i int) error {
 	if err := ipCmd("link", "set", veth, "master", benchBridge, "up"); err != nil {
 		return err
 	}
-	if err := ipBatch(p.ns,
+	if err := (&netnstest.Netns{Name: p.ns}).IPBatch(
 		fmt.Sprintf("addr add %s/%d dev eth0", p.addr, bridgePrefix),
 		"link set eth0 up",
 		"link add pod0 type veth peer name eth0 netns "+p.podNS,
@@ -262,7 +263,7 @@ func plumb(p *proxy, i int) error {
 	); err != nil {
 		return err
 	}
-	return ipBatch(p.podNS,
+	return (&netnstest.Netns{Name: p.podNS}).IPBatch(
 		"addr add "+probePodIP+"/24 dev eth0",
 		"link set eth0 up",
 		"route add default via "+probeNodeIP,

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/internal/netnstest"
 )
 
 // The lab, all inside one private network namespace, on its loopback:
@@ -69,39 +68,6 @@ func labState() *backend.State {
 	return st
 }
 
-// inNewNetns runs fn on a thread inside a new, anonymous network namespace
-// and returns a handle to it. The thread is never unlocked: the runtime
-// discards it when fn returns, so no goroutine ever runs there by mistake.
-// The namespace dies when the handle and every socket in it are closed.
-func inNewNetns(t *testing.T, fn func() error) netns.NsHandle {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test needs root (run it through hack/test.sh)")
-	}
-	type result struct {
-		ns  netns.NsHandle
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // deliberately never unlocked
-		ns, err := netns.New()
-		if err != nil {
-			ch <- result{err: fmt.Errorf("new netns: %w", err)}
-			return
-		}
-		ch <- result{ns, fn()}
-	}()
-	r := <-ch
-	if r.ns.IsOpen() {
-		t.Cleanup(func() { r.ns.Close() })
-	}
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	return r.ns
-}
-
 type flowKey struct {
 	proto        uint8
 	dst          string
@@ -142,12 +108,10 @@ func TestCleanDeletesExactlyTheStaleFlows(t *testing.T) {
 			c.Close()
 		}
 	})
-	ns := inNewNetns(t, func() error {
+	lab := netnstest.New(t, "ct")
+	err := lab.Do(func() error {
 		lo, err := netlink.LinkByName("lo")
 		if err != nil {
-			return err
-		}
-		if err := netlink.LinkSetUp(lo); err != nil {
 			return err
 		}
 		// The service IP must be routable for the output hook to see it.
@@ -214,6 +178,14 @@ func TestCleanDeletesExactlyTheStaleFlows(t *testing.T) {
 		keep(c)
 		return nil
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := netns.GetFromPath(lab.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
 
 	h, err := netlink.NewHandleAt(ns, unix.NETLINK_NETFILTER)
 	if err != nil {

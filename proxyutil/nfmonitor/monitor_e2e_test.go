@@ -4,57 +4,28 @@ package nfmonitor
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
+	"github.com/kpng/kpng/internal/netnstest"
 )
 
 // inNetns creates a network namespace for the test (removed at its end)
 // and opens a Watcher in it.
-func inNetns(t *testing.T) (string, *Watcher) {
+func inNetns(t *testing.T) (*netnstest.Netns, *Watcher) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("needs root: it creates a network namespace (run hack/test.sh as root)")
+	ns := netnstest.New(t, "nfmon")
+	var w *Watcher
+	err := ns.Do(func() (err error) {
+		w, err = Open()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	name := fmt.Sprintf("kpng-nfmon-%d", os.Getpid())
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "delete", name).Run() })
-	opened := make(chan any, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		h, err := netns.GetFromName(name)
-		if err != nil {
-			opened <- err
-			return
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			opened <- err
-			return
-		}
-		w, err := Open()
-		if err != nil {
-			opened <- err
-			return
-		}
-		opened <- w
-	}()
-	switch v := (<-opened).(type) {
-	case *Watcher:
-		t.Cleanup(func() { v.Close() })
-		return name, v
-	case error:
-		t.Fatal(v)
-	}
-	return "", nil
+	t.Cleanup(func() { w.Close() })
+	return ns, w
 }
 
 // TestForeignChangesAreReportedOwnAreNot: a transaction of another process
@@ -77,7 +48,7 @@ func TestForeignChangesAreReportedOwnAreNot(t *testing.T) {
 	})
 	nft := func(own bool, script string) {
 		t.Helper()
-		cmd := exec.Command("ip", "netns", "exec", ns, "nft", "-f", "-")
+		cmd := ns.Command(ctx, "nft", "-f", "-")
 		cmd.Stdin = strings.NewReader(script)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

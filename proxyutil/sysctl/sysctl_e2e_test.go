@@ -6,39 +6,32 @@ import (
 	"context"
 	"errors"
 	"os"
-	"runtime"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kpng/kpng/internal/netnstest"
 )
 
-// isolated runs fn on a thread with its own namespaces (flags: CLONE_NEWNET,
-// CLONE_NEWNS), so nothing it does reaches the host. The thread is never
-// given back to the scheduler: the runtime discards it, and the namespaces
-// die with it, however fn ends.
-func isolated(t *testing.T, flags int, fn func() error) {
+// isolated runs fn in a network namespace of the test's own, so nothing it
+// does reaches the host. With private, fn's thread also has a mount
+// namespace of its own, whose mounts do not propagate back to the host. The
+// thread is discarded after fn, and the namespaces die with it and the test.
+func isolated(t *testing.T, private bool, fn func() error) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test needs root (run it through hack/test.sh)")
-	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // deliberately never unlocked
-		if err := unix.Unshare(flags); err != nil {
-			errc <- err
-			return
-		}
-		if flags&unix.CLONE_NEWNS != 0 {
-			// Keep our mounts from propagating back to the host.
+	err := netnstest.New(t, "sysctl").Do(func() error {
+		if private {
+			if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+				return err
+			}
 			if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-				errc <- err
-				return
+				return err
 			}
 		}
-		errc <- fn()
-	}()
-	if err := <-errc; err != nil {
+		return fn()
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }
@@ -50,7 +43,7 @@ func TestEnsureInOwnNetns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	isolated(t, unix.CLONE_NEWNET, func() error {
+	isolated(t, false, func() error {
 		if v, err := GetInt(routeLocalnet); err != nil || v != 0 {
 			t.Errorf("fresh namespace: route_localnet = %d, %v", v, err)
 		}
@@ -75,7 +68,7 @@ func TestConntrackInOwnNetns(t *testing.T) {
 	if _, err := os.Stat("/proc/sys/net/netfilter/nf_conntrack_max"); err != nil {
 		t.Fatalf("nf_conntrack is not loaded (modprobe nf_conntrack): %v", err)
 	}
-	isolated(t, unix.CLONE_NEWNET, func() error {
+	isolated(t, false, func() error {
 		// Timeouts are per namespace and writable.
 		err := ApplyConntrack(context.Background(), Conntrack{
 			TCPEstablishedTimeout: 2 * time.Hour,
@@ -120,7 +113,7 @@ func TestConntrackInOwnNetns(t *testing.T) {
 func TestReadOnlyProcSys(t *testing.T) {
 	// A container's /proc/sys: our own mount namespace, /proc/sys bound
 	// read-only (and our own network namespace, so a wrong write harms no one).
-	isolated(t, unix.CLONE_NEWNS|unix.CLONE_NEWNET, func() error {
+	isolated(t, true, func() error {
 		if err := unix.Mount("/proc/sys", "/proc/sys", "", unix.MS_BIND, ""); err != nil {
 			return err
 		}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kpng/kpng/internal/netnstest"
 )
 
 // Backend is a dataplane under test, as an e2e suite sees it: something that,
@@ -213,7 +215,7 @@ func buildKpng() (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("build kpng: %w", err)
 	}
-	run, err := currentRun()
+	run, err := netnstest.RunID()
 	if err != nil {
 		return "", err
 	}

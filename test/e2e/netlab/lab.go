@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kpng/kpng/internal/netnstest"
 )
 
 // DefaultPorts are the ports every pod's server listens on unless the Spec
@@ -207,7 +209,7 @@ func New(t testing.TB, spec Spec) *Lab {
 
 func build(spec Spec) (*Lab, error) {
 	start := time.Now()
-	run, err := currentRun()
+	run, err := netnstest.RunID()
 	if err != nil {
 		return nil, err
 	}
@@ -294,7 +296,7 @@ func (l *Lab) build(spec Spec) error {
 		"addr add " + LANGatewayV6.String() + "/64 dev " + lanBridge + " nodad",
 		"link set " + lanBridge + " up",
 	}
-	if err := lan.ipBatch(lanCmds); err != nil {
+	if err := lan.IPBatch(lanCmds...); err != nil {
 		return err
 	}
 
@@ -342,12 +344,12 @@ func (l *Lab) build(spec Spec) error {
 		return err
 	}
 	l.External = &Host{Name: "external", NS: ext, IPv4: ExternalV4, IPv6: ExternalV6}
-	if err := ext.ipBatch([]string{
-		"link add " + NodeInterface + " type veth peer name p-ext netns " + lan.Name,
-		"addr add " + ExternalV4.String() + "/24 dev " + NodeInterface,
-		"addr add " + ExternalV6.String() + "/64 dev " + NodeInterface + " nodad",
-		"link set " + NodeInterface + " up",
-	}); err != nil {
+	if err := ext.IPBatch(
+		"link add "+NodeInterface+" type veth peer name p-ext netns "+lan.Name,
+		"addr add "+ExternalV4.String()+"/24 dev "+NodeInterface,
+		"addr add "+ExternalV6.String()+"/64 dev "+NodeInterface+" nodad",
+		"link set "+NodeInterface+" up",
+	); err != nil {
 		return fmt.Errorf("external: %w", err)
 	}
 	lanPorts = append(lanPorts, "p-ext")
@@ -355,7 +357,7 @@ func (l *Lab) build(spec Spec) error {
 	for _, p := range lanPorts {
 		cmds = append(cmds, "link set "+p+" master "+lanBridge, "link set "+p+" up")
 	}
-	if err := lan.ipBatch(cmds); err != nil {
+	if err := lan.IPBatch(cmds...); err != nil {
 		return err
 	}
 
@@ -373,7 +375,7 @@ func (l *Lab) build(spec Spec) error {
 		cmds = append(cmds,
 			"route add default via "+LANGatewayV4.String(),
 			"route add ::/0 via "+LANGatewayV6.String())
-		if err := n.NS.ipBatch(cmds); err != nil {
+		if err := n.NS.IPBatch(cmds...); err != nil {
 			return fmt.Errorf("node %s: routes: %w", n.Name, err)
 		}
 	}
@@ -448,17 +450,17 @@ func (l *Lab) buildNode(n *Node, pods []string, lanPorts *[]string) error {
 			"link set "+p.Veth+" type bridge_slave hairpin on",
 			"link set "+p.Veth+" up")
 	}
-	if err := ns.ipBatch(cmds); err != nil {
+	if err := ns.IPBatch(cmds...); err != nil {
 		return err
 	}
 	for _, p := range n.Pods {
-		if err := p.NS.ipBatch([]string{
+		if err := p.NS.IPBatch(
 			fmt.Sprintf("addr add %s/24 dev %s", p.IPv4, NodeInterface),
 			fmt.Sprintf("addr add %s/64 dev %s nodad", p.IPv6, NodeInterface),
-			"link set " + NodeInterface + " up",
+			"link set "+NodeInterface+" up",
 			fmt.Sprintf("route add default via %s", n.GatewayV4),
 			fmt.Sprintf("route add ::/0 via %s", n.GatewayV6),
-		}); err != nil {
+		); err != nil {
 			return fmt.Errorf("pod %s: %w", p.Name, err)
 		}
 	}
@@ -541,7 +543,7 @@ func (l *Lab) Close() error {
 		}
 	}
 	for _, n := range nss {
-		if err := deleteNetns(n.Name); err != nil {
+		if err := netnstest.Delete(n.Name); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kpng/kpng/internal/netnstest"
 )
 
 // TestTopology checks the plumbing a proxy relies on: sysctls, bridges,
@@ -414,7 +416,7 @@ func labNetnsGone(t *testing.T, names []string) {
 		t.Fatal("no namespaces to check")
 	}
 	for _, n := range names {
-		if _, err := os.Stat(filepath.Join(netnsDir, n)); err == nil {
+		if _, err := os.Stat(filepath.Join(netnstest.Dir, n)); err == nil {
 			t.Errorf("namespace %s left behind", n)
 		}
 	}
@@ -531,7 +533,7 @@ func TestCleanupAfterBuildError(t *testing.T) {
 	RequireRoot(t)
 	tb := &failingTB{TB: t}
 	spec := Spec{Nodes: []NodeSpec{{Name: "node-1", Pods: []string{"same"}}, {Name: "node-2", Pods: []string{"same"}}}}
-	before, err := listNetns()
+	before, err := netnstest.List(Prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -540,79 +542,11 @@ func TestCleanupAfterBuildError(t *testing.T) {
 		t.Errorf("fatal: %q", tb.fatal)
 	}
 	tb.runCleanups()
-	after, err := listNetns()
+	after, err := netnstest.List(Prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(after) > len(before) {
 		t.Errorf("namespaces before %v, after %v", before, after)
-	}
-}
-
-// TestSweep: namespaces of dead runs are removed with their processes;
-// namespaces of live runs, and namespaces without our prefix, are not.
-func TestSweep(t *testing.T) {
-	RequireRoot(t)
-	if _, err := currentRun(); err != nil {
-		t.Fatal(err)
-	}
-	// A dead run: no lock file at all, and a stale lock file nobody holds.
-	deadNoLock := Prefix + "dead01-0000-n0"
-	deadStale := Prefix + "dead02-0000-n0"
-	if err := os.WriteFile(filepath.Join(lockDir, "dead02.lock"), []byte("1\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// A live run: its lock is held (by another open file description of this
-	// process, which flock treats like another process).
-	liveNS := Prefix + "live03-0000-n0"
-	live, err := os.OpenFile(filepath.Join(lockDir, "live03.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Flock(int(live.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	// Not ours at all.
-	foreign := "netlab-sweep-test-foreign"
-	t.Cleanup(func() {
-		for _, n := range []string{deadNoLock, deadStale, liveNS, foreign} {
-			_ = deleteNetns(n)
-		}
-		live.Close()
-		os.Remove(live.Name())
-	})
-	for _, n := range []string{deadNoLock, deadStale, liveNS, foreign} {
-		if _, err := createNetns(n); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// A process a crashed run left in its namespace (no pdeathsig here).
-	cmd := (&Netns{Name: deadNoLock}).Command(t.Context(), "sleep", "1000")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-
-	swept, err := Sweep()
-	if err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(swept)
-	if want := []string{deadNoLock, deadStale}; !slices.Equal(swept, want) {
-		t.Errorf("swept %v, want %v", swept, want)
-	}
-	for _, n := range []string{liveNS, foreign} {
-		if _, err := os.Stat(filepath.Join(netnsDir, n)); err != nil {
-			t.Errorf("%s was swept: %v", n, err)
-		}
-	}
-	if _, err := os.Stat(filepath.Join(lockDir, "dead02.lock")); err == nil {
-		t.Error("stale lock file dead02.lock not removed")
-	}
-	select {
-	case <-waited:
-	case <-time.After(5 * time.Second):
-		t.Error("the orphan process in the swept namespace was not killed")
 	}
 }
