@@ -1,25 +1,15 @@
 package main
 
 import (
-	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
-	"net"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
+
+	"github.com/kpng/kpng/pki"
 )
 
 // certsCommand is `kpng certs`: the CA and certificates of the split
@@ -75,96 +65,9 @@ func writeCertSecrets(w io.Writer, o certOptions, now time.Time) error {
 	if o.validity <= 0 {
 		return fmt.Errorf("--validity %v: must be positive", o.validity)
 	}
-	notAfter := now.Add(o.validity)
-	caKey, caDER, err := newCert(&x509.Certificate{
-		Subject: pkix.Name{CommonName: "kpng CA"}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign, NotBefore: now.Add(-time.Hour), NotAfter: notAfter,
-	}, nil, nil)
+	secrets, err := pki.SplitSecrets(o.brainNames, o.namespace, o.validity, now)
 	if err != nil {
 		return err
 	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return err
-	}
-	brain := &x509.Certificate{
-		Subject: pkix.Name{CommonName: "kpng-brain"}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, NotBefore: now.Add(-time.Hour), NotAfter: notAfter,
-	}
-	for _, n := range o.brainNames {
-		if ip := net.ParseIP(n); ip != nil {
-			brain.IPAddresses = append(brain.IPAddresses, ip)
-		} else {
-			brain.DNSNames = append(brain.DNSNames, n)
-		}
-	}
-	agent := &x509.Certificate{
-		Subject: pkix.Name{CommonName: "kpng-agent"}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, NotBefore: now.Add(-time.Hour), NotAfter: notAfter,
-	}
-	caPEM := pemBlock("CERTIFICATE", caDER)
-	for i, s := range []struct {
-		name string
-		tmpl *x509.Certificate
-	}{{"kpng-brain-tls", brain}, {"kpng-agent-tls", agent}} {
-		key, der, err := newCert(s.tmpl, ca, caKey)
-		if err != nil {
-			return err
-		}
-		kder, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			return err
-		}
-		secret := corev1.Secret{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
-			ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: o.namespace, Labels: map[string]string{"app.kubernetes.io/part-of": "kpng"}},
-			Type:       corev1.SecretTypeTLS,
-			Data: map[string][]byte{
-				corev1.TLSCertKey:       pemBlock("CERTIFICATE", der),
-				corev1.TLSPrivateKeyKey: pemBlock("EC PRIVATE KEY", kder),
-				"ca.crt":                caPEM,
-			},
-		}
-		b, err := yaml.Marshal(secret)
-		if err != nil {
-			return err
-		}
-		if i > 0 {
-			if _, err := io.WriteString(w, "---\n"); err != nil {
-				return err
-			}
-		}
-		if _, err := w.Write(b); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// newCert creates a key and a certificate for it from tmpl, signed by
-// parent's key (self-signed when parent is nil).
-func newCert(tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*ecdsa.PrivateKey, []byte, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl.SerialNumber = serial
-	if parent == nil {
-		parent, parentKey = tmpl, key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
-	if err != nil {
-		return nil, nil, fmt.Errorf("creating the certificate of %s: %w", tmpl.Subject.CommonName, err)
-	}
-	return key, der, nil
-}
-
-func pemBlock(typ string, der []byte) []byte {
-	var b bytes.Buffer
-	_ = pem.Encode(&b, &pem.Block{Type: typ, Bytes: der})
-	return b.Bytes()
+	return pki.WriteYAML(w, secrets)
 }
