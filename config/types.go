@@ -23,6 +23,8 @@ import (
 
 	componentbaseconfigv1alpha1 "k8s.io/component-base/config/v1alpha1"
 	logsapi "k8s.io/component-base/logs/api/v1"
+
+	"github.com/kpng/kpng/proxyutil/sysctl"
 )
 
 // KubeProxyConfiguration is the version-independent (hub) configuration of the
@@ -104,23 +106,10 @@ type WindowsConfiguration struct {
 	RunAsService bool
 }
 
-// ConntrackConfiguration holds conntrack settings.
-type ConntrackConfiguration struct {
-	// MaxPerCore is the conntrack table size per CPU (0: leave as-is).
-	MaxPerCore int32
-	// Min is the minimum conntrack table size.
-	Min int32
-	// TCPEstablishedTimeout is the idle timeout of established TCP entries.
-	TCPEstablishedTimeout time.Duration
-	// TCPCloseWaitTimeout is the idle timeout of CLOSE_WAIT entries.
-	TCPCloseWaitTimeout time.Duration
-	// TCPBeLiberal runs conntrack in liberal mode for TCP.
-	TCPBeLiberal bool
-	// UDPTimeout is the timeout of UNREPLIED UDP entries (0: leave as-is).
-	UDPTimeout time.Duration
-	// UDPStreamTimeout is the timeout of ASSURED UDP entries (0: leave as-is).
-	UDPStreamTimeout time.Duration
-}
+// ConntrackConfiguration holds conntrack settings: the type that
+// proxyutil/sysctl applies, so that the fields and their meaning are
+// written once.
+type ConntrackConfiguration = sysctl.Conntrack
 
 // IPTablesConfiguration holds iptables-specific settings.
 type IPTablesConfiguration struct {

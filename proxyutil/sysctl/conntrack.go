@@ -78,33 +78,20 @@ func (s *Sysctl) ApplyConntrack(ctx context.Context, cfg Conntrack) error {
 			}
 		}
 	}
+	// In kube-proxy's order; a zero (unset) parameter is left alone.
 	for _, p := range []struct {
-		name string
-		d    time.Duration
+		name  string
+		set   bool
+		value int
 	}{
-		{"nf_conntrack_tcp_timeout_established", cfg.TCPEstablishedTimeout},
-		{"nf_conntrack_tcp_timeout_close_wait", cfg.TCPCloseWaitTimeout},
+		{"nf_conntrack_tcp_timeout_established", cfg.TCPEstablishedTimeout > 0, int(cfg.TCPEstablishedTimeout / time.Second)},
+		{"nf_conntrack_tcp_timeout_close_wait", cfg.TCPCloseWaitTimeout > 0, int(cfg.TCPCloseWaitTimeout / time.Second)},
+		{"nf_conntrack_tcp_be_liberal", cfg.TCPBeLiberal, 1},
+		{"nf_conntrack_udp_timeout", cfg.UDPTimeout > 0, int(cfg.UDPTimeout / time.Second)},
+		{"nf_conntrack_udp_timeout_stream", cfg.UDPStreamTimeout > 0, int(cfg.UDPStreamTimeout / time.Second)},
 	} {
-		if p.d > 0 {
-			if err := s.ensure(ctx, "net/netfilter/"+p.name, int(p.d/time.Second)); err != nil {
-				return err
-			}
-		}
-	}
-	if cfg.TCPBeLiberal {
-		if err := s.ensure(ctx, "net/netfilter/nf_conntrack_tcp_be_liberal", 1); err != nil {
-			return err
-		}
-	}
-	for _, p := range []struct {
-		name string
-		d    time.Duration
-	}{
-		{"nf_conntrack_udp_timeout", cfg.UDPTimeout},
-		{"nf_conntrack_udp_timeout_stream", cfg.UDPStreamTimeout},
-	} {
-		if p.d > 0 {
-			if err := s.ensure(ctx, "net/netfilter/"+p.name, int(p.d/time.Second)); err != nil {
+		if p.set {
+			if err := s.ensure(ctx, "net/netfilter/"+p.name, p.value); err != nil {
 				return err
 			}
 		}
