@@ -3,7 +3,6 @@ package healthcheck
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/proxyutil/internal/httpserve"
 	"github.com/kpng/kpng/proxyutil/metrics"
 )
 
@@ -212,19 +212,12 @@ func (hs *ProxyHealthServer) answer(w http.ResponseWriter, h ProxyHealth, health
 
 // Listen opens the server's socket.
 func (hs *ProxyHealthServer) Listen() (net.Listener, error) {
-	ln, err := net.Listen("tcp", hs.addr)
-	if err != nil {
-		return nil, fmt.Errorf("proxy healthz on %s: %w", hs.addr, err)
-	}
-	return ln, nil
+	return httpserve.Listen("proxy healthz", hs.addr)
 }
 
 // Serve serves on ln until ctx ends, then returns nil.
 func (hs *ProxyHealthServer) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: hs.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	stop := context.AfterFunc(ctx, func() { _ = srv.Close() })
-	defer stop()
-	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+	if err := httpserve.Serve(ctx, hs.Handler(), ln); err != nil {
 		return fmt.Errorf("proxy healthz: %w", err)
 	}
 	return nil

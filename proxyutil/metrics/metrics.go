@@ -50,145 +50,104 @@ var syncBuckets = metrics.ExponentialBuckets(0.001, 2, 15)
 
 var (
 	// SyncProxyRulesLatency is the duration of every sync, full or partial.
-	SyncProxyRulesLatency = metrics.NewHistogramVec(&metrics.HistogramOpts{
-		Subsystem: subsystem, Name: "sync_proxy_rules_duration_seconds",
-		Help: "SyncProxyRules latency in seconds", Buckets: syncBuckets, StabilityLevel: metrics.ALPHA,
-	}, []string{"ip_family"})
+	SyncProxyRulesLatency = histogramVec("sync_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds", syncBuckets, "ip_family")
 
 	// SyncFullProxyRulesLatency is the duration of full syncs.
-	SyncFullProxyRulesLatency = metrics.NewHistogramVec(&metrics.HistogramOpts{
-		Subsystem: subsystem, Name: "sync_full_proxy_rules_duration_seconds",
-		Help: "SyncProxyRules latency in seconds for full resyncs", Buckets: syncBuckets, StabilityLevel: metrics.ALPHA,
-	}, []string{"ip_family"})
+	SyncFullProxyRulesLatency = histogramVec("sync_full_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for full resyncs", syncBuckets, "ip_family")
 
 	// SyncPartialProxyRulesLatency is the duration of partial syncs.
-	SyncPartialProxyRulesLatency = metrics.NewHistogramVec(&metrics.HistogramOpts{
-		Subsystem: subsystem, Name: "sync_partial_proxy_rules_duration_seconds",
-		Help: "SyncProxyRules latency in seconds for partial resyncs", Buckets: syncBuckets, StabilityLevel: metrics.ALPHA,
-	}, []string{"ip_family"})
+	SyncPartialProxyRulesLatency = histogramVec("sync_partial_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for partial resyncs", syncBuckets, "ip_family")
 
 	// SyncProxyRulesLastTimestamp is when the rules were last synced successfully.
-	SyncProxyRulesLastTimestamp = metrics.NewGaugeVec(&metrics.GaugeOpts{
-		Subsystem: subsystem, Name: "sync_proxy_rules_last_timestamp_seconds",
-		Help: "The last time proxy rules were successfully synced", StabilityLevel: metrics.ALPHA,
-	}, []string{"ip_family"})
+	SyncProxyRulesLastTimestamp = gaugeVec("sync_proxy_rules_last_timestamp_seconds", "The last time proxy rules were successfully synced", "ip_family")
 
 	// SyncProxyRulesLastQueuedTimestamp is when a sync was last asked for. Much
 	// later than SyncProxyRulesLastTimestamp means the proxy is stuck.
-	SyncProxyRulesLastQueuedTimestamp = metrics.NewGaugeVec(&metrics.GaugeOpts{
-		Subsystem: subsystem, Name: "sync_proxy_rules_last_queued_timestamp_seconds",
-		Help: "The last time a sync of proxy rules was queued", StabilityLevel: metrics.ALPHA,
-	}, []string{"ip_family"})
+	SyncProxyRulesLastQueuedTimestamp = gaugeVec("sync_proxy_rules_last_queued_timestamp_seconds", "The last time a sync of proxy rules was queued", "ip_family")
 
 	// NetworkProgrammingLatency is the time from an EndpointSlice's
 	// last-change-trigger-time to the sync that programmed it (the
 	// network programming latency SLI of sig-scalability).
-	NetworkProgrammingLatency = metrics.NewHistogramVec(&metrics.HistogramOpts{
-		Subsystem: subsystem, Name: "network_programming_duration_seconds",
-		Help: "In Cluster Network Programming Latency in seconds",
-		Buckets: metrics.MergeBuckets(
+	NetworkProgrammingLatency = histogramVec("network_programming_duration_seconds", "In Cluster Network Programming Latency in seconds",
+		metrics.MergeBuckets(
 			metrics.LinearBuckets(0.25, 0.25, 2), // 0.25s, 0.50s
 			metrics.LinearBuckets(1, 1, 59),      // 1s ... 59s
 			metrics.LinearBuckets(60, 5, 12),     // 60s ... 115s
 			metrics.LinearBuckets(120, 30, 7),    // 2min ... 5min
-		),
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"ip_family"})
+		), "ip_family")
 
 	// EndpointChangesPending is the number of services whose endpoints
 	// changed and are not synced yet.
-	EndpointChangesPending = metrics.NewGauge(&metrics.GaugeOpts{
-		Subsystem: subsystem, Name: "sync_proxy_rules_endpoint_changes_pending",
-		Help: "Pending proxy rules Endpoint changes", StabilityLevel: metrics.ALPHA,
-	})
+	EndpointChangesPending = gauge("sync_proxy_rules_endpoint_changes_pending", "Pending proxy rules Endpoint changes")
 
 	// EndpointChangesTotal counts endpoint changes seen.
-	EndpointChangesTotal = metrics.NewCounter(&metrics.CounterOpts{
-		Subsystem: subsystem, Name: "sync_proxy_rules_endpoint_changes_total",
-		Help: "Cumulative proxy rules Endpoint changes", StabilityLevel: metrics.ALPHA,
-	})
+	EndpointChangesTotal = counter("sync_proxy_rules_endpoint_changes_total", "Cumulative proxy rules Endpoint changes")
 
 	// ServiceChangesPending is the number of changed services not synced yet.
-	ServiceChangesPending = metrics.NewGauge(&metrics.GaugeOpts{
-		Subsystem: subsystem, Name: "sync_proxy_rules_service_changes_pending",
-		Help: "Pending proxy rules Service changes", StabilityLevel: metrics.ALPHA,
-	})
+	ServiceChangesPending = gauge("sync_proxy_rules_service_changes_pending", "Pending proxy rules Service changes")
 
 	// ServiceChangesTotal counts service changes seen.
-	ServiceChangesTotal = metrics.NewCounter(&metrics.CounterOpts{
-		Subsystem: subsystem, Name: "sync_proxy_rules_service_changes_total",
-		Help: "Cumulative proxy rules Service changes", StabilityLevel: metrics.ALPHA,
-	})
+	ServiceChangesTotal = counter("sync_proxy_rules_service_changes_total", "Cumulative proxy rules Service changes")
 
 	// SyncProxyRulesNoLocalEndpointsTotal is the number of service ports with
 	// a Local policy (traffic_policy "internal" or "external") that have
 	// endpoints in the cluster but none usable on this node.
-	SyncProxyRulesNoLocalEndpointsTotal = metrics.NewGaugeVec(&metrics.GaugeOpts{
-		Subsystem: subsystem, Name: "sync_proxy_rules_no_local_endpoints_total",
-		Help: "Number of services with a Local traffic policy and no endpoints", StabilityLevel: metrics.ALPHA,
-	}, []string{"traffic_policy", "ip_family"})
+	SyncProxyRulesNoLocalEndpointsTotal = gaugeVec("sync_proxy_rules_no_local_endpoints_total", "Number of services with a Local traffic policy and no endpoints", "traffic_policy", "ip_family")
 
 	// ProxyHealthzTotal counts /healthz answers by HTTP status.
-	ProxyHealthzTotal = metrics.NewCounterVec(&metrics.CounterOpts{
-		Subsystem: subsystem, Name: "proxy_healthz_total",
-		Help: "Cumulative proxy healthz HTTP status", StabilityLevel: metrics.ALPHA,
-	}, []string{"code"})
+	ProxyHealthzTotal = counterVec("proxy_healthz_total", "Cumulative proxy healthz HTTP status", "code")
 
 	// ProxyLivezTotal counts /livez answers by HTTP status.
-	ProxyLivezTotal = metrics.NewCounterVec(&metrics.CounterOpts{
-		Subsystem: subsystem, Name: "proxy_livez_total",
-		Help: "Cumulative proxy livez HTTP status", StabilityLevel: metrics.ALPHA,
-	}, []string{"code"})
+	ProxyLivezTotal = counterVec("proxy_livez_total", "Cumulative proxy livez HTTP status", "code")
 
 	// NFTablesSyncFailuresTotal counts failed nftables transactions.
-	NFTablesSyncFailuresTotal = metrics.NewCounterVec(&metrics.CounterOpts{
-		Subsystem: subsystem, Name: "sync_proxy_rules_nftables_sync_failures_total",
-		Help: "Cumulative proxy nftables sync failures", StabilityLevel: metrics.ALPHA,
-	}, []string{"ip_family"})
+	NFTablesSyncFailuresTotal = counterVec("sync_proxy_rules_nftables_sync_failures_total", "Cumulative proxy nftables sync failures", "ip_family")
 
 	// NFTablesCleanupFailuresTotal counts failed removals of stale chains.
-	NFTablesCleanupFailuresTotal = metrics.NewCounterVec(&metrics.CounterOpts{
-		Subsystem: subsystem, Name: "sync_proxy_rules_nftables_cleanup_failures_total",
-		Help: "Cumulative proxy nftables cleanup failures", StabilityLevel: metrics.ALPHA,
-	}, []string{"ip_family"})
+	NFTablesCleanupFailuresTotal = counterVec("sync_proxy_rules_nftables_cleanup_failures_total", "Cumulative proxy nftables cleanup failures", "ip_family")
 
 	// IPTablesRestoreFailuresTotal counts failed iptables-restore runs.
-	IPTablesRestoreFailuresTotal = metrics.NewCounterVec(&metrics.CounterOpts{
-		Subsystem: subsystem, Name: "sync_proxy_rules_iptables_restore_failures_total",
-		Help: "Cumulative proxy iptables restore failures", StabilityLevel: metrics.ALPHA,
-	}, []string{"ip_family"})
+	IPTablesRestoreFailuresTotal = counterVec("sync_proxy_rules_iptables_restore_failures_total", "Cumulative proxy iptables restore failures", "ip_family")
 
 	// IPTablesPartialRestoreFailuresTotal counts partial restores that failed
 	// (and fell back to a full restore).
-	IPTablesPartialRestoreFailuresTotal = metrics.NewCounterVec(&metrics.CounterOpts{
-		Subsystem: subsystem, Name: "sync_proxy_rules_iptables_partial_restore_failures_total",
-		Help: "Cumulative proxy iptables partial restore failures", StabilityLevel: metrics.ALPHA,
-	}, []string{"ip_family"})
+	IPTablesPartialRestoreFailuresTotal = counterVec("sync_proxy_rules_iptables_partial_restore_failures_total", "Cumulative proxy iptables partial restore failures", "ip_family")
 
 	// IPTablesRulesTotal is the number of iptables rules the proxy owns, by table.
-	IPTablesRulesTotal = metrics.NewGaugeVec(&metrics.GaugeOpts{
-		Subsystem: subsystem, Name: "sync_proxy_rules_iptables_total",
-		Help: "Total number of iptables rules owned by kube-proxy", StabilityLevel: metrics.ALPHA,
-	}, []string{"table", "ip_family"})
+	IPTablesRulesTotal = gaugeVec("sync_proxy_rules_iptables_total", "Total number of iptables rules owned by kube-proxy", "table", "ip_family")
 
 	// IPTablesRulesLastSync is the number of iptables rules written by the last sync.
-	IPTablesRulesLastSync = metrics.NewGaugeVec(&metrics.GaugeOpts{
-		Subsystem: subsystem, Name: "sync_proxy_rules_iptables_last",
-		Help: "Number of iptables rules written by kube-proxy in last sync", StabilityLevel: metrics.ALPHA,
-	}, []string{"table", "ip_family"})
+	IPTablesRulesLastSync = gaugeVec("sync_proxy_rules_iptables_last", "Number of iptables rules written by kube-proxy in last sync", "table", "ip_family")
 
 	// ReconcileConntrackFlowsLatency is the duration of one stale conntrack cleanup.
-	ReconcileConntrackFlowsLatency = metrics.NewHistogramVec(&metrics.HistogramOpts{
-		Subsystem: subsystem, Name: "conntrack_reconciler_sync_duration_seconds",
-		Help: "ReconcileConntrackFlowsLatency latency in seconds", Buckets: syncBuckets, StabilityLevel: metrics.ALPHA,
-	}, []string{"ip_family"})
+	ReconcileConntrackFlowsLatency = histogramVec("conntrack_reconciler_sync_duration_seconds", "ReconcileConntrackFlowsLatency latency in seconds", syncBuckets, "ip_family")
 
 	// ReconcileConntrackFlowsDeletedEntriesTotal counts the conntrack entries deleted as stale.
-	ReconcileConntrackFlowsDeletedEntriesTotal = metrics.NewCounterVec(&metrics.CounterOpts{
-		Subsystem: subsystem, Name: "conntrack_reconciler_deleted_entries_total",
-		Help: "Cumulative conntrack flows deleted by conntrack reconciler", StabilityLevel: metrics.ALPHA,
-	}, []string{"ip_family"})
+	ReconcileConntrackFlowsDeletedEntriesTotal = counterVec("conntrack_reconciler_deleted_entries_total", "Cumulative conntrack flows deleted by conntrack reconciler", "ip_family")
 )
+
+// The constructors of kube-proxy's metrics: all in its subsystem, all
+// ALPHA, as kube-proxy declares them.
+
+func counter(name, help string) *metrics.Counter {
+	return metrics.NewCounter(&metrics.CounterOpts{Subsystem: subsystem, Name: name, Help: help, StabilityLevel: metrics.ALPHA})
+}
+
+func counterVec(name, help string, labels ...string) *metrics.CounterVec {
+	return metrics.NewCounterVec(&metrics.CounterOpts{Subsystem: subsystem, Name: name, Help: help, StabilityLevel: metrics.ALPHA}, labels)
+}
+
+func gauge(name, help string) *metrics.Gauge {
+	return metrics.NewGauge(&metrics.GaugeOpts{Subsystem: subsystem, Name: name, Help: help, StabilityLevel: metrics.ALPHA})
+}
+
+func gaugeVec(name, help string, labels ...string) *metrics.GaugeVec {
+	return metrics.NewGaugeVec(&metrics.GaugeOpts{Subsystem: subsystem, Name: name, Help: help, StabilityLevel: metrics.ALPHA}, labels)
+}
+
+func histogramVec(name, help string, buckets []float64, labels ...string) *metrics.HistogramVec {
+	return metrics.NewHistogramVec(&metrics.HistogramOpts{Subsystem: subsystem, Name: name, Help: help, Buckets: buckets, StabilityLevel: metrics.ALPHA}, labels)
+}
 
 var (
 	registerMu sync.Mutex

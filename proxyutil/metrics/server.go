@@ -3,7 +3,6 @@ package metrics
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,6 +12,8 @@ import (
 
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
+
+	"github.com/kpng/kpng/proxyutil/internal/httpserve"
 )
 
 // Server is kube-proxy's metrics server: /metrics, /healthz (a plain "ok":
@@ -99,17 +100,11 @@ func (s *Server) Handler() http.Handler {
 }
 
 // Listen opens the server's socket.
-func (s *Server) Listen() (net.Listener, error) {
-	ln, err := net.Listen("tcp", s.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("metrics server on %s: %w", s.Addr, err)
-	}
-	return ln, nil
-}
+func (s *Server) Listen() (net.Listener, error) { return httpserve.Listen("metrics server", s.Addr) }
 
 // Serve serves on ln until ctx ends, then closes it and returns nil.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	return serveUntil(ctx, &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}, ln)
+	return httpserve.Serve(ctx, s.Handler(), ln)
 }
 
 // Run listens on Addr and serves until ctx ends. It returns at once if the
@@ -122,15 +117,4 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	klog.FromContext(ctx).V(2).Info("Serving metrics", "address", ln.Addr().String())
 	return s.Serve(ctx, ln)
-}
-
-// serveUntil serves srv on ln until ctx ends.
-func serveUntil(ctx context.Context, srv *http.Server, ln net.Listener) error {
-	stop := context.AfterFunc(ctx, func() { _ = srv.Close() })
-	defer stop()
-	err := srv.Serve(ln)
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
 }
