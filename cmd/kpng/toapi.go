@@ -17,6 +17,7 @@ import (
 	"github.com/kpng/kpng/client"
 	"github.com/kpng/kpng/cluster"
 	"github.com/kpng/kpng/server"
+	"github.com/kpng/kpng/server/brainstatus"
 )
 
 // defaultSocket is where to-api listens and clients connect by default.
@@ -73,20 +74,20 @@ explicit --insecure.`,
 			}
 			return cluster.Run(cmd.Context(), src, cluster.StageFunc(func(ctx context.Context, store *cluster.Store) error {
 				srv := server.New(store, opts)
-				status := newBrainStatus(store, src, srv.GlobalRevision)
+				status := brainstatus.New(store, src, srv.GlobalRevision)
 				ctx, cancel := context.WithCancel(ctx)
 				defer cancel()
 				var wg sync.WaitGroup
 				defer wg.Wait()
 				wg.Add(1)
-				go func() { defer wg.Done(); status.watchStore(ctx) }()
+				go func() { defer wg.Done(); status.WatchStore(ctx) }()
 				statusErr := make(chan error, 1)
 				if statusLis != nil {
 					klog.FromContext(ctx).Info("Serving /healthz, /readyz and /metrics", "address", statusLis.Addr().String())
 					wg.Add(1)
-					go func() { defer wg.Done(); statusErr <- status.serveHTTP(ctx, statusLis) }()
+					go func() { defer wg.Done(); statusErr <- status.Serve(ctx, statusLis) }()
 				}
-				err := srv.Serve(ctx, lis, append(gopts, grpc.StatsHandler(statsHandler{b: status}))...)
+				err := srv.Serve(ctx, lis, append(gopts, grpc.StatsHandler(status.StatsHandler()))...)
 				cancel()
 				if statusLis != nil {
 					if serr := <-statusErr; err == nil && serr != nil {

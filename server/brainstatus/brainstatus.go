@@ -1,4 +1,9 @@
-package main
+// Package brainstatus is what a brain-only process (kpng kube ... to-api)
+// reports: /healthz, /readyz and /metrics on a status server, the brain's
+// metrics (kpng_brain_*), and a gRPC stats handler that follows the agents
+// its Watch server serves. Whoever runs a brain of their own gets the same
+// reports by wiring a Status beside server.Server.
+package brainstatus
 
 import (
 	"context"
@@ -20,7 +25,7 @@ import (
 	"github.com/kpng/kpng/source/kube"
 )
 
-// The brain's metrics (kpng kube ... to-api), registered once per process.
+// The brain's metrics, registered once per process.
 var (
 	brainMetricsOnce sync.Once
 
@@ -58,10 +63,10 @@ func registerBrainMetrics() {
 	})
 }
 
-// brainStatus is what the brain-only process reports on its status server
-// and metrics: its store, its source, and the agents its gRPC server
-// serves (through the server's stats handler).
-type brainStatus struct {
+// Status is what a brain-only process reports on its status server and
+// metrics: its store, its source, and the agents its gRPC server serves
+// (through StatsHandler).
+type Status struct {
 	store  *cluster.Store
 	source cluster.Stage
 	// globalRevision is the revision globalv1 agents catch up to
@@ -73,16 +78,20 @@ type brainStatus struct {
 	streams atomic.Uint64     // numbers the streams that have no address
 }
 
-func newBrainStatus(store *cluster.Store, source cluster.Stage, globalRevision func() uint64) *brainStatus {
+// New returns the Status of a brain serving store, filled by source;
+// globalRevision is the revision globalv1 agents catch up to
+// (server.Server.GlobalRevision). It registers the brain's metrics in the
+// process-wide registry that /metrics serves.
+func New(store *cluster.Store, source cluster.Stage, globalRevision func() uint64) *Status {
 	registerBrainMetrics()
-	return &brainStatus{store: store, source: source, globalRevision: globalRevision, agents: map[string]uint64{}}
+	return &Status{store: store, source: source, globalRevision: globalRevision, agents: map[string]uint64{}}
 }
 
-// serveHTTP serves /healthz, /readyz and /metrics on ln until ctx ends.
+// Serve serves /healthz, /readyz and /metrics on ln until ctx ends.
 // /healthz answers ok while the process serves; /readyz once the store
 // holds a complete state (agents get their first batch at once) and, with
 // an API server source, while the API server answers.
-func (b *brainStatus) serveHTTP(ctx context.Context, ln net.Listener) error {
+func (b *Status) Serve(ctx context.Context, ln net.Listener) error {
 	mux := http.NewServeMux()
 	metricsHandler := legacyregistry.Handler()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
@@ -114,7 +123,7 @@ func plain(w http.ResponseWriter, code int, body string) {
 }
 
 // ready says why the brain is not ready, or nil.
-func (b *brainStatus) ready() error {
+func (b *Status) ready() error {
 	var synced bool
 	b.store.View(func(r cluster.Reader) { synced = r.Synced() })
 	if !synced {
@@ -126,11 +135,11 @@ func (b *brainStatus) ready() error {
 	return nil
 }
 
-// watchStore updates the store's metrics at each revision until ctx ends:
+// WatchStore updates the store's metrics at each revision until ctx ends:
 // the revision, every agent's lag, the API server's reachability, and the
 // watch lag of each EndpointSlice change that carries a trigger time. The
 // initial list is not a change: its trigger times are only remembered.
-func (b *brainStatus) watchStore(ctx context.Context) {
+func (b *Status) WatchStore(ctx context.Context) {
 	seen := map[string]int64{} // EndpointSlice key -> last trigger time observed
 	var rev uint64
 	for {
@@ -178,7 +187,7 @@ func (b *brainStatus) watchStore(ctx context.Context) {
 
 // updateLags sets every globalv1 agent's revision lag: the revisions
 // served that it has not asked past yet.
-func (b *brainStatus) updateLags() {
+func (b *Status) updateLags() {
 	rev := b.globalRevision()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -187,10 +196,13 @@ func (b *brainStatus) updateLags() {
 	}
 }
 
-// statsHandler sees every Watch stream of the gRPC server: it counts the
-// open streams and the bytes sent by API, and follows each globalv1 agent's
-// revision from its requests.
-type statsHandler struct{ b *brainStatus }
+// StatsHandler returns the handler to give the gRPC server
+// (grpc.StatsHandler): it sees every Watch stream, counts the open streams
+// and the bytes sent by API, and follows each globalv1 agent's revision
+// from its requests.
+func (b *Status) StatsHandler() stats.Handler { return statsHandler{b: b} }
+
+type statsHandler struct{ b *Status }
 
 type rpcKey struct{}
 
