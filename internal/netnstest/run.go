@@ -150,5 +150,13 @@ func Sweep() ([]string, error) {
 		}
 		swept = append(swept, name)
 	}
+	// Lock files of dead runs that left no namespace: RunAlive removes them.
+	locks, _ := filepath.Glob(filepath.Join(LockDir, "*.lock"))
+	for _, l := range locks {
+		run := strings.TrimSuffix(filepath.Base(l), ".lock")
+		if _, seen := dead[run]; !seen {
+			RunAlive(run)
+		}
+	}
 	return swept, errors.Join(errs...)
 }

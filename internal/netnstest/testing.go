@@ -15,18 +15,25 @@ func RequireRoot(t testing.TB) {
 	}
 }
 
+// Prepare fails the test unless it runs as root, then runs sweep ([Sweep],
+// or a harness's own that sweeps more) and logs what it removed.
+func Prepare(t testing.TB, sweep func() ([]string, error)) {
+	t.Helper()
+	RequireRoot(t)
+	if swept, err := sweep(); err != nil {
+		t.Fatalf("sweep leftover namespaces: %v", err)
+	} else if len(swept) > 0 {
+		t.Logf("netnstest: removed %d namespaces left by dead runs: %s", len(swept), strings.Join(swept, " "))
+	}
+}
+
 // New creates a namespace for the test, "kpnl-<run>-<label>-<random>", with
 // its loopback up, and deletes it (killing what still runs in it) with
 // t.Cleanup, whether the test passes, fails or panics. It first sweeps the
 // namespaces of dead runs.
 func New(t testing.TB, label string) *Netns {
 	t.Helper()
-	RequireRoot(t)
-	if swept, err := Sweep(); err != nil {
-		t.Fatalf("sweep leftover namespaces: %v", err)
-	} else if len(swept) > 0 {
-		t.Logf("netnstest: removed %d namespaces left by dead runs: %s", len(swept), strings.Join(swept, " "))
-	}
+	Prepare(t, Sweep)
 	run, err := RunID()
 	if err != nil {
 		t.Fatal(err)

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -170,9 +168,7 @@ type Lab struct {
 // root. Labs need root to create namespaces; e2e tests must not silently skip.
 func RequireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatalf("netlab needs root (network namespaces, veth, bridges): run e2e tests as root, e.g. sudo go test -tags e2e ./test/e2e/...")
-	}
+	netnstest.RequireRoot(t)
 }
 
 // New builds the lab described by spec and registers its teardown with
@@ -181,12 +177,7 @@ func RequireRoot(t testing.TB) {
 // every namespace. It first sweeps namespaces left by dead earlier runs.
 func New(t testing.TB, spec Spec) *Lab {
 	t.Helper()
-	RequireRoot(t)
-	if swept, err := Sweep(); err != nil {
-		t.Fatalf("sweep leftover namespaces: %v", err)
-	} else if len(swept) > 0 {
-		t.Logf("netlab: removed %d namespaces left by dead runs: %s", len(swept), strings.Join(swept, " "))
-	}
+	netnstest.Prepare(t, Sweep)
 	l, err := build(spec)
 	if l != nil {
 		t.Cleanup(func() {
