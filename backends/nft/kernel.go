@@ -100,8 +100,38 @@ func nftReader(fam knftables.Family, name string) reader {
 			}
 			return nil, fmt.Errorf("nft list table %s %s: %w: %s", fam, name, err, strings.TrimSpace(stderr.String()))
 		}
-		return parseListing(out)
+		snap, err := parseListing(out)
+		if err != nil {
+			if refused := checkWritable(ctx, fam, name); refused != nil {
+				return nil, fmt.Errorf("%w (and its listing does not parse: %v)", refused, err)
+			}
+			return nil, err
+		}
+		return snap, nil
 	}
+}
+
+// checkWritable asks the kernel, without changing anything (nft --check),
+// whether it would let this process change table fam name, and returns
+// its refusal, nil if it would. A listing that does not parse has been seen
+// when the kernel refuses: nft 1.0.6 prints the JSON of a table with flags
+// owner (one that only another process's netlink socket may change) cut off
+// after "flags". The kernel's refusal (EPERM) names the cause; the parse
+// error does not.
+func checkWritable(ctx context.Context, fam knftables.Family, name string) error {
+	cmd := exec.CommandContext(ctx, "nft", "--check", "-f", "-")
+	cmd.Stdin = strings.NewReader(fmt.Sprintf("add table %s %s\n", fam, name))
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		return nil
+	}
+	// nft's first line says why ("/dev/stdin:1:1-19: Error: Could not
+	// process rule: Operation not permitted"); the others quote the input.
+	msg, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	if _, after, ok := strings.Cut(msg, "Error: "); ok {
+		msg = after
+	}
+	return fmt.Errorf("the kernel refuses changes to table %s %s: %w: %s", fam, name, err, msg)
 }
 
 // The JSON objects of `nft -j list table` that we read.
