@@ -33,9 +33,13 @@ type Options struct {
 	// postpone it. Zero never resyncs.
 	ResyncPeriod time.Duration
 	// RetryPeriod is the first wait after a failed sync; it doubles on each
-	// further failure up to ResyncPeriod (or a minute). Changes arriving
-	// meanwhile wait for the retry. Zero means a second.
+	// further failure up to MaxRetryPeriod. Changes arriving meanwhile
+	// wait for the retry. Zero means a second.
 	RetryPeriod time.Duration
+	// MaxRetryPeriod bounds the wait between retries: it is how long a
+	// dataplane stays unrepaired, at most, once the kernel accepts the
+	// backend's writes again. Zero means ResyncPeriod (or a minute).
+	MaxRetryPeriod time.Duration
 	// OnQueued, if set, is called when the feed delivers a change, before it
 	// is synced (for kube-proxy's last_queued_timestamp and
 	// *_changes_pending metrics, and the /healthz staleness check).
@@ -87,7 +91,7 @@ var errResyncNow = errors.New("resync requested")
 // a backend.
 func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 	retry := cmpOr(opts.RetryPeriod, time.Second)
-	maxRetry := cmpOr(opts.ResyncPeriod, time.Minute)
+	maxRetry := cmpOr(opts.MaxRetryPeriod, cmpOr(opts.ResyncPeriod, time.Minute))
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
@@ -235,7 +239,10 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			wait := min(retry<<min(failures, 16), maxRetry)
+			// Never less than the failed sync took: a backend whose sync
+			// is long (a full read-back of a large table) does not spend
+			// its time retrying.
+			wait := max(min(retry<<min(failures, 16), maxRetry), res.Duration)
 			failures++
 			log.Error("Sync failed, will retry", "err", res.Err, "revision", state.Revision, "changes", pending.String(), "retryIn", wait)
 			pending = Changes{Reset: true}

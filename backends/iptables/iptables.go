@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -56,11 +57,23 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, ba
 	return b, p.runOptions(b), nil
 }
 
+// RetryPeriod and MaxRetryPeriod are the driver's backoff after a failed
+// sync (backend.Options): the first retry after 250 ms, then doubling, but
+// never more than 1 s apart, so that the rules are whole again within a second
+// of the kernel accepting writes again (another process's owner table gone,
+// say: the kernel sends no notification of that), as kube-proxy's are: it
+// retries at its next sync, at most a second later while changes arrive.
+const (
+	RetryPeriod    = 250 * time.Millisecond
+	MaxRetryPeriod = time.Second
+)
+
 // runOptions are the driver options of b, opened by p: the hooks of the
 // helpers, the sync periods, the kernel watch's repair requests.
 func (p *Plugin) runOptions(b *Backend) backend.Options {
 	o := p.opts
 	o.MinSyncPeriod, o.ResyncPeriod = p.Config.MinSyncPeriod, p.Config.SyncPeriod
+	o.RetryPeriod, o.MaxRetryPeriod = RetryPeriod, MaxRetryPeriod
 	if b.resyncNow != nil {
 		o.ResyncNow = b.resyncNow
 	}

@@ -32,6 +32,17 @@ func init() {
 	})
 }
 
+// RetryPeriod and MaxRetryPeriod are the driver's backoff after a failed
+// sync (backend.Options): the first retry after 250 ms, then doubling, but
+// never more than 1 s apart, so that the tables are whole again within a second
+// of the kernel accepting writes again (another process's owner table gone,
+// say: the kernel sends no notification of that), as kube-proxy's are: it
+// retries at its next sync, at most a second later while changes arrive.
+const (
+	RetryPeriod    = 250 * time.Millisecond
+	MaxRetryPeriod = time.Second
+)
+
 // Config is the backend's configuration: kube-proxy's flags of the same
 // names (host.Config) and the backend's own.
 type Config struct {
@@ -163,6 +174,7 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, ba
 	// A periodic sync checks the fixed chains and rewrites only when the
 	// check fails: the backend tells which it did.
 	opts.LastSyncFull = b.LastSyncFull
+	opts.RetryPeriod, opts.MaxRetryPeriod = RetryPeriod, MaxRetryPeriod
 	return b, opts, nil
 }
 
