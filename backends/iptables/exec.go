@@ -63,15 +63,10 @@ func (r *execRunner) restore(ctx context.Context, data []byte) error {
 	// -W is the lock retry interval in microseconds (legacy only; the nft
 	// variant takes no lock and ignores both).
 	cmd := r.command(ctx, r.restoreCmd, "-w", strconv.Itoa(r.wait), "-W", "100000", "--noflush")
-	cmd.Stdin = bytes.NewReader(data)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Start()
-	if err == nil {
-		nfmonitor.Started(cmd.Process.Pid) // its transaction is ours, not a change behind our back
-		err = cmd.Wait()
-	}
-	if err != nil {
+	// Its transaction is ours, not a change behind our back.
+	if err := nfmonitor.RunOwn(cmd, bytes.NewReader(data)); err != nil {
 		out := out.Bytes()
 		return &restoreError{err: err, output: strings.TrimSpace(string(out)), lines: failedLines(data, out)}
 	}

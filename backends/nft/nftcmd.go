@@ -31,15 +31,10 @@ func (n nftCommand) Run(ctx context.Context, tx *knftables.Transaction) error {
 		return errors.New(strings.TrimSpace(msg))
 	}
 	cmd := exec.CommandContext(ctx, "nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(mergeElements(text))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	err := cmd.Start()
-	if err == nil {
-		nfmonitor.Started(cmd.Process.Pid) // its transaction is ours, not a change behind our back
-		err = cmd.Wait()
-	}
-	if err != nil {
+	// Its transaction is ours, not a change behind our back.
+	if err := nfmonitor.RunOwn(cmd, strings.NewReader(mergeElements(text))); err != nil {
 		msg := strings.TrimSpace(stderr.String())
 		if len(msg) > maxErrorBytes {
 			// nft repeats each failing command with its error: a refused

@@ -16,7 +16,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"sync"
 	"time"
 
@@ -75,6 +77,39 @@ func Started(pid int) {
 		}
 	}
 	ownWriters.pids[uint32(pid)] = now
+}
+
+// RunOwn runs cmd, a command that writes rules (nft -f -, iptables-restore),
+// with input on its standard input, and waits for it. It registers the
+// command (Started) before the command can read a byte of its input: such a
+// command commits nothing before it has read its input, so the watcher
+// cannot hear of its transaction before knowing it as this process's own,
+// however late this goroutine runs after the fork on a loaded machine.
+// cmd.Stdin must be unset.
+func RunOwn(cmd *exec.Cmd, input io.Reader) error {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stdin = pr
+	err = cmd.Start()
+	pr.Close() // the child's copy stays open
+	if err != nil {
+		pw.Close()
+		return err
+	}
+	Started(cmd.Process.Pid)
+	// A command that fails early stops reading: the copy ends with EPIPE
+	// and Wait tells why.
+	_, copyErr := io.Copy(pw, input)
+	pw.Close()
+	if err := cmd.Wait(); err != nil {
+		return err
+	}
+	if copyErr != nil {
+		return fmt.Errorf("writing the input of %s: %w", cmd.Path, copyErr)
+	}
+	return nil
 }
 
 // OwnSocket registers the netlink port id of a socket this process writes
