@@ -196,11 +196,19 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 		}
 
 		// Hold the sync until MinSyncPeriod has passed since the last one
-		// ended (after a failure: until the retry is due; for a repair
+		// ended (after a failure: until the retry is due, but for a first
+		// failure followed by a request on ResyncNow; for a repair
 		// requested on ResyncNow, even one requested meanwhile: since the
 		// last repair), coalescing what arrives meanwhile.
 		holdUntil := func() time.Time {
 			switch {
+			case failures == 1 && repair:
+				// The backend saw its dataplane changed behind its back
+				// since (or while) the sync failed: a sync computed from
+				// a listing that changed under it can fail (the first
+				// step of a damage done in two, repaired as the second
+				// lands). Once, at once; then the backoff.
+				return lastEnd
 			case failures > 0:
 				return retryAt
 			case repair:

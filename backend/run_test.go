@@ -527,3 +527,37 @@ func TestResyncNowIsNotHeldByTheSyncOfAChange(t *testing.T) {
 		t.Errorf("three repairs within %v, want at most two per %v", held, minSync)
 	}
 }
+
+// A sync that failed is retried at once, not after its backoff, when the
+// backend then reports its dataplane changed behind its back: the change
+// may be why it failed (iptables-restore computed from a listing that a
+// damage's second step changed under it). Once: a second failure waits
+// for the backoff, however many requests come.
+func TestFailedSyncIsRetriedAtOnceAfterAChangeBehindTheBackendsBack(t *testing.T) {
+	store := cluster.NewStore()
+	rec := newRecorder()
+	kick := make(chan struct{}, 1)
+	start(t, store, rec, backend.Options{RetryPeriod: time.Hour, ResyncPeriod: time.Hour, ResyncNow: kick})
+	store.Update(func(tx *cluster.Tx) { tx.SetService(service("a", "10.96.0.1")) })
+	store.MarkSynced()
+	rec.next(t) // the first sync
+	rec.mu.Lock()
+	rec.fail = 2
+	rec.mu.Unlock()
+	kick <- struct{}{}
+	failed := rec.next(t)
+	kick <- struct{}{}
+	retried := rec.next(t) // within the hour's backoff: at once
+	if !retried.changes.Reset {
+		t.Errorf("the retry is not a Reset: %+v", retried.changes)
+	}
+	if gap := retried.start.Sub(failed.end); gap > 5*time.Second {
+		t.Errorf("retried %v after the failure and a request; want at once", gap)
+	}
+	kick <- struct{}{}
+	select {
+	case c := <-rec.got:
+		t.Fatalf("a second failure was retried at once: %+v", c)
+	case <-time.After(300 * time.Millisecond): // the absence of a sync: nothing to wait on
+	}
+}
