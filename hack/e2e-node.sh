@@ -195,7 +195,10 @@ image_names() {
 	list="$("${bin}/e2e.test" --list-images 2>/dev/null)"
 	pause_image="$(grep -m1 '/pause:' <<<"${list}")"
 	agnhost_image="$(grep '/e2e-test-images/agnhost:' <<<"${list}" | sort -V | tail -n1)"
-	mapfile -t agnhost_names < <(grep '/agnhost:' <<<"${list}" | sed 's/^/--name=/')
+	# distroless-iptables, the image of iptables and conntrack the KubeProxy
+	# spec reads conntrack entries with, is served by the same image: it has
+	# iptables, conntrack, a shell and coreutils.
+	mapfile -t agnhost_names < <(grep -E '/agnhost:|/distroless-iptables:' <<<"${list}" | sed 's/^/--name=/')
 	mapfile -t busybox_names < <(grep '/busybox:' <<<"${list}" | sed 's/^/--name=/')
 	mapfile -t boom_names < <(grep '/regression-issue-74839:' <<<"${list}" | sed 's/^/--name=/')
 	((${#busybox_names[@]} && ${#boom_names[@]})) || die "e2e.test --list-images names no busybox or regression-issue-74839 image"
@@ -826,6 +829,13 @@ run_e2e() {
 	printf '%s\n' "${summary}"
 	grep -E '^\s*\[(FAIL|TIMEDOUT|PANICKED|INTERRUPTED)\]' "${out}" | sort -u >"${R}/failed.txt" || true
 	cat "${R}/failed.txt"
+	# The JUnit report names the specs that passed; kept beside the output.
+	: >"${R}/passed.txt"
+	if [[ -f "${R}/report/junit_01.xml" ]]; then
+		cp "${R}/report/junit_01.xml" "${out%.out}.junit.xml"
+		go -C "${root}/hack/node" run ./conformance --passed "${R}/report/junit_01.xml" >"${R}/passed.txt" ||
+			log "could not read the specs that passed from ${R}/report/junit_01.xml"
+	fi
 	log "e2e.test finished in $((SECONDS - s))s"
 	if ((record)); then record_result "${summary}" "$((SECONDS - s))"; fi
 }
@@ -855,6 +865,8 @@ record_result() {
 			"$(runc --version | head -n1 | awk '{print $3}')" "${nodes}"
 		printf 'focus: %s\nskip: %s\nseconds: %s\n' "${focus}" "${skip}" "$2"
 		printf 'ran: %s\nresult: %s\n' "$(grep -m1 '^Ran ' <<<"$1")" "$(grep -m1 'Passed |' <<<"$1")"
+		printf 'passed:\n'
+		cat "${R}/passed.txt"
 		printf 'failed:\n'
 		cat "${R}/failed.txt"
 	} >"${file}"

@@ -10,6 +10,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/xml"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,7 +23,7 @@ import (
 )
 
 // run is one recorded run: the "key: value" header lines of its file, and
-// the failed specs listed after "failed:".
+// the specs listed after "passed:" and after "failed:".
 type run struct {
 	label   string // e.g. "kpng nft split"
 	proxy   string // kpng or kube-proxy
@@ -30,6 +31,7 @@ type run struct {
 	fields  map[string]string
 	counts  map[string]int // Passed, Failed, Pending, Skipped
 	ran     string         // "Ran N of M Specs in S seconds"
+	passed  []string
 	failed  []string
 	fileRef string
 }
@@ -48,19 +50,25 @@ func parseRun(path string) (*run, error) {
 	}
 	defer f.Close()
 	r := &run{fields: map[string]string{}, counts: map[string]int{}, fileRef: filepath.Base(path)}
-	inFailed := false
+	section := ""
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
 	for sc.Scan() {
 		line := sc.Text()
-		if inFailed {
+		if line == "passed:" || line == "failed:" {
+			section = strings.TrimSuffix(line, ":")
+			continue
+		}
+		switch section {
+		case "passed":
+			if name, ok := strings.CutPrefix(line, "- "); ok {
+				r.passed = append(r.passed, name)
+			}
+			continue
+		case "failed":
 			if m := failRE.FindStringSubmatch(line); m != nil {
 				r.failed = append(r.failed, m[2])
 			}
-			continue
-		}
-		if line == "failed:" {
-			inFailed = true
 			continue
 		}
 		k, v, ok := strings.Cut(line, ": ")
@@ -109,6 +117,17 @@ func render(runs []*run) string {
 	for _, r := range runs {
 		if r.proxy == "kube-proxy" {
 			refs[r.mode+" "+r.suite()] = r
+		}
+	}
+	// A short focus's specs are named, so that the table says which
+	// of them ran.
+	for _, r := range runs {
+		if len(r.passed) == 0 || len(r.passed) > maxNamed {
+			continue
+		}
+		fmt.Fprintf(&b, "\n### Passed in %s\n\n", r.label)
+		for _, p := range r.passed {
+			fmt.Fprintf(&b, "- %s\n", p)
 		}
 	}
 	for _, r := range runs {
@@ -160,6 +179,9 @@ func order(runs []*run) {
 	})
 }
 
+// maxNamed is the most passed specs a run's section names.
+const maxNamed = 12
+
 const (
 	startMark = "## Runs\n"
 	endMark   = "## Notes on the runs\n"
@@ -177,7 +199,19 @@ func update(doc string, section string) (string, error) {
 func main() {
 	runsDir := flag.String("runs", "docs/conformance-runs", "folder of recorded runs (*.txt)")
 	docPath := flag.String("doc", "docs/conformance.md", "the document whose Runs section is rewritten")
+	junit := flag.String("passed", "", "instead: print the specs a Ginkgo JUnit report says passed, as \"- name\" lines")
 	flag.Parse()
+	if *junit != "" {
+		names, err := passedSpecs(*junit)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "conformance:", err)
+			os.Exit(1)
+		}
+		for _, n := range names {
+			fmt.Println("- " + n)
+		}
+		return
+	}
 	if err := mainErr(*runsDir, *docPath); err != nil {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
 		os.Exit(1)
@@ -207,4 +241,34 @@ func mainErr(runsDir, docPath string) error {
 		return fmt.Errorf("%s: %w", docPath, err)
 	}
 	return os.WriteFile(docPath, []byte(out), 0o644)
+}
+
+// passedSpecs reads a Ginkgo JUnit report and returns the names of the
+// specs whose status is "passed", sorted, without Ginkgo's "[It] " mark.
+func passedSpecs(path string) ([]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var report struct {
+		Suites []struct {
+			Cases []struct {
+				Name   string `xml:"name,attr"`
+				Status string `xml:"status,attr"`
+			} `xml:"testcase"`
+		} `xml:"testsuite"`
+	}
+	if err := xml.Unmarshal(data, &report); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var names []string
+	for _, s := range report.Suites {
+		for _, c := range s.Cases {
+			if c.Status == "passed" && strings.Contains(c.Name, "[It]") {
+				names = append(names, strings.Join(strings.Fields(strings.Replace(c.Name, "[It] ", "", 1)), " "))
+			}
+		}
+	}
+	slices.Sort(names)
+	return names, nil
 }

@@ -38,6 +38,9 @@ suite: Conntrack
 date: 2026-11-25T16:00Z
 result: SUCCESS! -- 3 Passed | 0 Failed | 0 Pending | 6997 Skipped
 ran: Ran 3 of 7000 Specs in 80 seconds
+passed:
+- [sig-network] Conntrack should x: udp
+- [sig-network] Conntrack should y
 failed:
 `)
 	writeRun(t, dir, "kube-proxy-nft.txt", `label: kube-proxy nft
@@ -64,6 +67,7 @@ failed:
 		"- [sig-network] Services [It] should a **(kube-proxy nft passes it)**",
 		"- [sig-network] Services [It] should b (kube-proxy nft fails it too)",
 		"## Notes on the runs\n\n- a note\n",
+		"### Passed in kube-proxy nft (Conntrack)\n\n- [sig-network] Conntrack should x: udp\n- [sig-network] Conntrack should y\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("document lacks %q:\n%s", want, got)
@@ -85,5 +89,32 @@ func TestBadRun(t *testing.T) {
 	err := mainErr(dir, doc)
 	if err == nil || !strings.Contains(err.Error(), "no Ginkgo counts") {
 		t.Fatalf("want an error naming the bad result line, got %v", err)
+	}
+}
+
+func TestPassedSpecs(t *testing.T) {
+	junit := filepath.Join(t.TempDir(), "junit_01.xml")
+	writeRun(t, filepath.Dir(junit), "junit_01.xml", `<?xml version="1.0" encoding="UTF-8"?>
+<testsuites tests="4">
+  <testsuite name="Kubernetes e2e suite" tests="4">
+    <testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="passed" time="0.1"></testcase>
+    <testcase name="[It] [sig-network] KubeProxy should set TCP CLOSE_WAIT timeout [Privileged] [sig-network]" classname="Kubernetes e2e suite" status="failed" time="1"><failure type="failed">boom</failure></testcase>
+    <testcase name="[It] [sig-network] Topology Hints should distribute endpoints evenly [sig-network]" classname="Kubernetes e2e suite" status="passed" time="1"></testcase>
+    <testcase name="[It] [sig-network] Services should work after restarting kube-proxy [Disruptive] [sig-network, Disruptive]" classname="Kubernetes e2e suite" status="passed" time="1"></testcase>
+    <testcase name="[It] [sig-network] Services should a &#39;b&#39;" classname="Kubernetes e2e suite" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
+  </testsuite>
+</testsuites>
+`)
+	got, err := passedSpecs(junit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "[sig-network] Services should work after restarting kube-proxy [Disruptive] [sig-network, Disruptive]\n" +
+		"[sig-network] Topology Hints should distribute endpoints evenly [sig-network]"
+	if strings.Join(got, "\n") != want {
+		t.Errorf("passed specs:\n%s\nwant:\n%s", strings.Join(got, "\n"), want)
+	}
+	if _, err := passedSpecs(filepath.Join(t.TempDir(), "none.xml")); err == nil {
+		t.Error("a missing report was not an error")
 	}
 }
