@@ -1,0 +1,210 @@
+package ebpf
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// hook is one socket program and where it attaches.
+type hook struct {
+	name   string // the link's pin: link_<name>
+	attach ebpf.AttachType
+	prog   func(*sockPrograms) *ebpf.Program
+}
+
+// hooks are every program of bpf/sock.c.
+var hooks = []hook{
+	{"connect4", ebpf.AttachCGroupInet4Connect, func(p *sockPrograms) *ebpf.Program { return p.KpngConnect4 }},
+	{"sendmsg4", ebpf.AttachCGroupUDP4Sendmsg, func(p *sockPrograms) *ebpf.Program { return p.KpngSendmsg4 }},
+	{"recvmsg4", ebpf.AttachCGroupUDP4Recvmsg, func(p *sockPrograms) *ebpf.Program { return p.KpngRecvmsg4 }},
+	{"getpeername4", ebpf.AttachCgroupInet4GetPeername, func(p *sockPrograms) *ebpf.Program { return p.KpngGetpeername4 }},
+	{"connect6", ebpf.AttachCGroupInet6Connect, func(p *sockPrograms) *ebpf.Program { return p.KpngConnect6 }},
+	{"sendmsg6", ebpf.AttachCGroupUDP6Sendmsg, func(p *sockPrograms) *ebpf.Program { return p.KpngSendmsg6 }},
+	{"recvmsg6", ebpf.AttachCGroupUDP6Recvmsg, func(p *sockPrograms) *ebpf.Program { return p.KpngRecvmsg6 }},
+	{"getpeername6", ebpf.AttachCgroupInet6GetPeername, func(p *sockPrograms) *ebpf.Program { return p.KpngGetpeername6 }},
+}
+
+// Objects are the loaded programs and the pinned maps.
+type Objects struct {
+	objs sockObjects
+}
+
+// Load loads the programs into the kernel (the verifier checks them here)
+// with their maps pinned under pinDir, a folder on a BPF filesystem: maps
+// already pinned there (by an earlier run) are reused, so their entries
+// keep working across a restart of kpng. pinDir "" loads maps that are not
+// pinned (tests of the verifier).
+func Load(pinDir string) (*Objects, error) {
+	spec, err := loadSock()
+	if err != nil {
+		return nil, err
+	}
+	opts := &ebpf.CollectionOptions{}
+	if pinDir != "" {
+		if err := checkBPFFS(pinDir); err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(pinDir, 0o700); err != nil {
+			return nil, err
+		}
+		opts.Maps.PinPath = pinDir
+	} else {
+		for _, m := range spec.Maps {
+			m.Pinning = ebpf.PinNone
+		}
+	}
+	o := &Objects{}
+	if err := spec.LoadAndAssign(&o.objs, opts); err != nil {
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return nil, fmt.Errorf("loading the socket programs: a map pinned under %s is of an older layout (run with --cleanup first): %w", pinDir, err)
+		}
+		return nil, fmt.Errorf("loading the socket programs: %w", err)
+	}
+	return o, nil
+}
+
+// Close releases the process's handles; pinned maps and links stay.
+func (o *Objects) Close() error { return o.objs.Close() }
+
+// Maps returns the Maps the dataplane writes.
+func (o *Objects) Maps() Maps { return newKernelMaps(&o.objs.sockMaps) }
+
+// Attach attaches every program to the cgroup (v2) at cgroupPath as
+// bpf_links pinned under pinDir. A link pinned by an earlier run on the
+// same cgroup is updated in place to the newly loaded program, so that the
+// hooks never go missing; one on another cgroup is detached.
+func (o *Objects) Attach(cgroupPath, pinDir string) error {
+	cgID, err := CgroupID(cgroupPath)
+	if err != nil {
+		return err
+	}
+	for _, h := range hooks {
+		prog := h.prog(&o.objs.sockPrograms)
+		pin := filepath.Join(pinDir, "link_"+h.name)
+		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+			info, ierr := l.Info()
+			if ierr == nil && info.Cgroup() != nil && info.Cgroup().CgroupId == cgID {
+				err := l.Update(prog)
+				l.Close()
+				if err != nil {
+					return fmt.Errorf("updating the %s link: %w", h.name, err)
+				}
+				continue
+			}
+			// Pinned for another cgroup (--ebpf-cgroup-path changed): the
+			// pin is the link's last reference, unpinning detaches it.
+			if err := l.Unpin(); err != nil {
+				l.Close()
+				return fmt.Errorf("unpinning the %s link of another cgroup: %w", h.name, err)
+			}
+			l.Close()
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("opening the pinned %s link: %w", h.name, err)
+		}
+		l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroupPath, Attach: h.attach, Program: prog})
+		if err != nil {
+			return fmt.Errorf("attaching %s to %s: %w", h.name, cgroupPath, err)
+		}
+		err = l.Pin(pin)
+		if err != nil {
+			l.Close()
+			return fmt.Errorf("pinning the %s link: %w", h.name, err)
+		}
+		l.Close()
+	}
+	return nil
+}
+
+// Remove detaches the programs pinned under pinDir and deletes every pin
+// there (links and maps), then the folder. Nothing there is not an error.
+func Remove(pinDir string) error {
+	var errs []error
+	for _, h := range hooks {
+		pin := filepath.Join(pinDir, "link_"+h.name)
+		l, err := link.LoadPinnedLink(pin, nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("opening the pinned %s link: %w", h.name, err))
+			continue
+		}
+		if err := l.Unpin(); err != nil {
+			errs = append(errs, err)
+		}
+		l.Close()
+	}
+	if err := os.RemoveAll(pinDir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// CgroupID returns the id of the cgroup v2 at path (its inode), failing
+// when path is not a cgroup v2 folder.
+func CgroupID(path string) (uint64, error) {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(path, &fs); err != nil {
+		return 0, fmt.Errorf("cgroup %s: %w", path, err)
+	}
+	if fs.Type != unix.CGROUP2_SUPER_MAGIC {
+		return 0, fmt.Errorf("%s is not a cgroup v2 folder", path)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino, nil
+}
+
+func checkBPFFS(pinDir string) error {
+	dir := pinDir
+	for {
+		var fs unix.Statfs_t
+		err := unix.Statfs(dir, &fs)
+		if err == nil {
+			if fs.Type != unix.BPF_FS_MAGIC {
+				return fmt.Errorf("%s is not on a BPF filesystem (mount one: mount -t bpf bpf %s)", pinDir, filepath.Dir(pinDir))
+			}
+			return nil
+		}
+		if !errors.Is(err, os.ErrNotExist) || dir == "/" {
+			return fmt.Errorf("%s: %w", dir, err)
+		}
+		dir = filepath.Dir(dir)
+	}
+}
+
+// CgroupV2Root returns where the cgroup v2 hierarchy is mounted (the first
+// cgroup2 mount in /proc/self/mountinfo): the node's root, where the
+// programs attach in production, so that every pod's sockets are seen.
+func CgroupV2Root() (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint opts [optional...] - fstype source superopts
+		fields := strings.Fields(sc.Text())
+		for i, fld := range fields {
+			if fld == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" && len(fields) > 4 {
+				return fields[4], nil
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", err
+	}
+	return "", errors.New("no cgroup v2 hierarchy is mounted (mount one: mount -t cgroup2 none /sys/fs/cgroup, or give --ebpf-cgroup-path)")
+}

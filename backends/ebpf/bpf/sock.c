@@ -1,0 +1,368 @@
+//go:build ignore
+
+// Socket-level load balancing of Services: cgroup programs that rewrite a
+// Service address to one of its endpoints when a socket connects (TCP, and
+// connected UDP) or sends a datagram (unconnected UDP), and rewrite the
+// endpoint back to the Service address when the socket asks who its peer is
+// (getpeername) or where a datagram came from (recvmsg). Established traffic
+// never meets a NAT: the socket talks to the endpoint from the start.
+//
+// IPv4 addresses are kept as IPv4-mapped IPv6 addresses (::ffff:a.b.c.d),
+// so that both families share one set of maps.
+//
+// The maps are written by kpng (backends/ebpf): see its README.md for how a
+// change is ordered so that a Service never has a moment without endpoints.
+
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <linux/errno.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+// A Service address: the frontend a socket dials.
+struct svc_key {
+	__u32 addr[4]; // network order; IPv4 as ::ffff:a.b.c.d
+	__u16 port;    // network order
+	__u8 proto;    // IPPROTO_TCP, IPPROTO_UDP
+	__u8 pad;
+};
+
+// svc_val.flags
+#define SVC_F_DROP 1 // no endpoint for this node, but some elsewhere: kube-proxy drops (the client times out)
+
+struct svc_val {
+	__u32 set;          // the backend set: slots (set, 0..count-1)
+	__u32 count;        // 0: no endpoint, the connection is refused
+	__u32 affinity_sec; // ClientIP affinity timeout; 0: none
+	__u32 affinity_id;  // stable per Service port, keys the affinity map
+	__u32 flags;
+};
+
+struct slot_key {
+	__u32 set;
+	__u32 slot;
+};
+
+struct endpoint {
+	__u32 addr[4];
+	__u16 port;
+	__u16 pad;
+};
+
+// The reverse translation of one socket towards one endpoint.
+struct rev_key {
+	__u64 cookie; // the socket's cookie
+	struct endpoint ep;
+	__u32 pad;
+};
+
+// The affinity of one client (its network namespace: a pod) to one
+// endpoint of one Service port.
+struct affinity_key {
+	__u64 netns;
+	__u32 affinity_id;
+	__u32 pad;
+};
+
+struct affinity_val {
+	struct endpoint ep;
+	__u32 pad;
+	__u64 last_ns;
+};
+
+struct member_key {
+	__u32 set;
+	struct endpoint ep;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 262144);
+	__type(key, struct svc_key);
+	__type(value, struct svc_val);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_services SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1048576);
+	__type(key, struct slot_key);
+	__type(value, struct endpoint);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_slots SEC(".maps");
+
+// Which endpoints a set holds: an affinity is followed only while its
+// endpoint is still in the Service's set.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1048576);
+	__type(key, struct member_key);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_members SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct rev_key);
+	__type(value, struct endpoint);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_revnat SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct affinity_key);
+	__type(value, struct affinity_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_affinity SEC(".maps");
+
+static __always_inline void key4(struct svc_key *k, struct bpf_sock_addr *ctx)
+{
+	k->addr[0] = 0;
+	k->addr[1] = 0;
+	k->addr[2] = bpf_htonl(0x0000ffff);
+	k->addr[3] = ctx->user_ip4;
+	k->port = (__u16)ctx->user_port;
+	k->proto = (__u8)ctx->protocol;
+	k->pad = 0;
+}
+
+static __always_inline void key6(struct svc_key *k, struct bpf_sock_addr *ctx)
+{
+	k->addr[0] = ctx->user_ip6[0];
+	k->addr[1] = ctx->user_ip6[1];
+	k->addr[2] = ctx->user_ip6[2];
+	k->addr[3] = ctx->user_ip6[3];
+	k->port = (__u16)ctx->user_port;
+	k->proto = (__u8)ctx->protocol;
+	k->pad = 0;
+}
+
+// pick chooses the endpoint of a Service: the client's affinity if it has
+// one that is fresh and still in the set, or a random slot.
+static __always_inline struct endpoint *pick(struct bpf_sock_addr *ctx, struct svc_val *svc)
+{
+	struct affinity_key ak = {};
+	__u64 now = 0;
+
+	if (svc->affinity_sec) {
+		ak.netns = bpf_get_netns_cookie(ctx);
+		ak.affinity_id = svc->affinity_id;
+		now = bpf_ktime_get_ns();
+		struct affinity_val *av = bpf_map_lookup_elem(&kpng_affinity, &ak);
+		if (av && now - av->last_ns <= (__u64)svc->affinity_sec * 1000000000ULL) {
+			struct member_key mk = {};
+			mk.set = svc->set;
+			mk.ep = av->ep;
+			__u32 *slot = bpf_map_lookup_elem(&kpng_members, &mk);
+			if (slot) {
+				struct slot_key sk = {.set = svc->set, .slot = *slot};
+				struct endpoint *ep = bpf_map_lookup_elem(&kpng_slots, &sk);
+				if (ep) {
+					av->last_ns = now;
+					return ep;
+				}
+			}
+		}
+	}
+
+	struct slot_key sk = {.set = svc->set, .slot = bpf_get_prandom_u32() % svc->count};
+	struct endpoint *ep = bpf_map_lookup_elem(&kpng_slots, &sk);
+	if (ep && svc->affinity_sec) {
+		struct affinity_val av = {};
+		av.ep = *ep;
+		av.last_ns = now;
+		bpf_map_update_elem(&kpng_affinity, &ak, &av, BPF_ANY);
+	}
+	return ep;
+}
+
+// translate looks the dialled address up; on a Service it writes the
+// endpoint chosen into *ep and returns 1, returns 0 for any other address,
+// and -1 when the connection must be refused.
+static __always_inline int translate(struct bpf_sock_addr *ctx, struct svc_key *k, struct endpoint *out)
+{
+	struct svc_val *svc = bpf_map_lookup_elem(&kpng_services, k);
+	if (!svc)
+		return 0;
+	if (svc->count == 0) {
+		bpf_set_retval((svc->flags & SVC_F_DROP) ? -ETIMEDOUT : -ECONNREFUSED);
+		return -1;
+	}
+	struct endpoint *ep = pick(ctx, svc);
+	if (!ep) {
+		// The set was replaced between the two lookups (kpng writes the
+		// new set, switches the Service, then deletes the old set): the
+		// Service entry now names the new set.
+		svc = bpf_map_lookup_elem(&kpng_services, k);
+		if (!svc || svc->count == 0) {
+			bpf_set_retval(-ECONNREFUSED);
+			return -1;
+		}
+		ep = pick(ctx, svc);
+		if (!ep) {
+			bpf_set_retval(-ECONNREFUSED);
+			return -1;
+		}
+	}
+	*out = *ep;
+	return 1;
+}
+
+// remember records the reverse translation of this socket towards ep.
+static __always_inline void remember(struct bpf_sock_addr *ctx, struct svc_key *k, struct endpoint *ep)
+{
+	struct rev_key rk = {};
+	struct endpoint vip = {};
+
+	rk.cookie = bpf_get_socket_cookie(ctx);
+	rk.ep = *ep;
+	vip.addr[0] = k->addr[0];
+	vip.addr[1] = k->addr[1];
+	vip.addr[2] = k->addr[2];
+	vip.addr[3] = k->addr[3];
+	vip.port = k->port;
+	bpf_map_update_elem(&kpng_revnat, &rk, &vip, BPF_ANY);
+}
+
+static __always_inline int is_v4mapped(struct endpoint *ep)
+{
+	return ep->addr[0] == 0 && ep->addr[1] == 0 && ep->addr[2] == bpf_htonl(0x0000ffff);
+}
+
+static __always_inline int forward4(struct bpf_sock_addr *ctx)
+{
+	struct svc_key k;
+	struct endpoint ep = {};
+
+	key4(&k, ctx);
+	int r = translate(ctx, &k, &ep);
+	if (r < 0)
+		return 0;
+	if (r == 0 || !is_v4mapped(&ep))
+		return 1;
+	ctx->user_ip4 = ep.addr[3];
+	ctx->user_port = ep.port;
+	remember(ctx, &k, &ep);
+	return 1;
+}
+
+static __always_inline int forward6(struct bpf_sock_addr *ctx)
+{
+	struct svc_key k;
+	struct endpoint ep = {};
+
+	key6(&k, ctx);
+	int r = translate(ctx, &k, &ep);
+	if (r < 0)
+		return 0;
+	if (r == 0)
+		return 1;
+	ctx->user_ip6[0] = ep.addr[0];
+	ctx->user_ip6[1] = ep.addr[1];
+	ctx->user_ip6[2] = ep.addr[2];
+	ctx->user_ip6[3] = ep.addr[3];
+	ctx->user_port = ep.port;
+	remember(ctx, &k, &ep);
+	return 1;
+}
+
+static __always_inline void reverse(struct bpf_sock_addr *ctx, struct endpoint *peer, int v4)
+{
+	struct rev_key rk = {};
+
+	rk.cookie = bpf_get_socket_cookie(ctx);
+	rk.ep = *peer;
+	struct endpoint *vip = bpf_map_lookup_elem(&kpng_revnat, &rk);
+	if (!vip)
+		return;
+	if (v4) {
+		ctx->user_ip4 = vip->addr[3];
+	} else {
+		ctx->user_ip6[0] = vip->addr[0];
+		ctx->user_ip6[1] = vip->addr[1];
+		ctx->user_ip6[2] = vip->addr[2];
+		ctx->user_ip6[3] = vip->addr[3];
+	}
+	ctx->user_port = vip->port;
+}
+
+static __always_inline void reverse4(struct bpf_sock_addr *ctx)
+{
+	struct endpoint peer = {};
+
+	peer.addr[2] = bpf_htonl(0x0000ffff);
+	peer.addr[3] = ctx->user_ip4;
+	peer.port = (__u16)ctx->user_port;
+	reverse(ctx, &peer, 1);
+}
+
+static __always_inline void reverse6(struct bpf_sock_addr *ctx)
+{
+	struct endpoint peer = {};
+
+	peer.addr[0] = ctx->user_ip6[0];
+	peer.addr[1] = ctx->user_ip6[1];
+	peer.addr[2] = ctx->user_ip6[2];
+	peer.addr[3] = ctx->user_ip6[3];
+	peer.port = (__u16)ctx->user_port;
+	reverse(ctx, &peer, 0);
+}
+
+SEC("cgroup/connect4")
+int kpng_connect4(struct bpf_sock_addr *ctx)
+{
+	return forward4(ctx);
+}
+
+SEC("cgroup/sendmsg4")
+int kpng_sendmsg4(struct bpf_sock_addr *ctx)
+{
+	return forward4(ctx);
+}
+
+SEC("cgroup/recvmsg4")
+int kpng_recvmsg4(struct bpf_sock_addr *ctx)
+{
+	reverse4(ctx);
+	return 1;
+}
+
+SEC("cgroup/getpeername4")
+int kpng_getpeername4(struct bpf_sock_addr *ctx)
+{
+	reverse4(ctx);
+	return 1;
+}
+
+SEC("cgroup/connect6")
+int kpng_connect6(struct bpf_sock_addr *ctx)
+{
+	return forward6(ctx);
+}
+
+SEC("cgroup/sendmsg6")
+int kpng_sendmsg6(struct bpf_sock_addr *ctx)
+{
+	return forward6(ctx);
+}
+
+SEC("cgroup/recvmsg6")
+int kpng_recvmsg6(struct bpf_sock_addr *ctx)
+{
+	reverse6(ctx);
+	return 1;
+}
+
+SEC("cgroup/getpeername6")
+int kpng_getpeername6(struct bpf_sock_addr *ctx)
+{
+	reverse6(ctx);
+	return 1;
+}

@@ -1,0 +1,408 @@
+package ebpf
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/kpng/kpng/backend"
+)
+
+// ServiceValue is the services map's value for one frontend.
+type ServiceValue struct {
+	// Set names the slots (Set, 0..Count-1); 0 when Count is 0.
+	Set   uint32
+	Count uint32
+	// Drop: with Count 0, the connection fails as if timed out (kube-proxy
+	// drops) rather than refused (kube-proxy rejects).
+	Drop bool
+	// AffinitySec is ClientIP affinity's timeout (0: none); AffinityID
+	// keys the affinity map (one per Service port, stable across changes).
+	AffinitySec uint32
+	AffinityID  uint32
+}
+
+// KernelSet is a backend set found in the kernel: its endpoints by slot
+// (a missing slot is the zero AddrPort) and whether it has membership
+// entries.
+type KernelSet struct {
+	Endpoints []netip.AddrPort
+	Members   bool
+}
+
+// Maps is the kernel's maps as the dataplane writes them. The real one is
+// the pinned BPF maps (kernel.go); FakeMaps keeps them in memory.
+type Maps interface {
+	// PutSet writes slots (id, i) for each endpoint and, with members, the
+	// (id, endpoint) entries that let an affinity be checked against the
+	// set.
+	PutSet(id uint32, eps []netip.AddrPort, members bool) error
+	// DeleteSet deletes what PutSet wrote (entries already gone are not an
+	// error).
+	DeleteSet(id uint32, eps []netip.AddrPort, members bool) error
+	// PutService writes (or replaces) a frontend's entry.
+	PutService(f Frontend, v ServiceValue) error
+	// DeleteService deletes a frontend's entry; a missing one is not an error.
+	DeleteService(f Frontend) error
+	// Dump reads back the services and the sets, for a reset.
+	Dump() (map[Frontend]ServiceValue, map[uint32]KernelSet, error)
+}
+
+// liveSet is a backend set as written.
+type liveSet struct {
+	id      uint32 // 0: empty, no slots
+	set     Set
+	members bool
+}
+
+// Dataplane turns the view into map entries, one Service at a time, in an
+// order that never leaves a frontend without its endpoints: a changed set is
+// written under a new id, the frontends are then switched to it (each with
+// one map update, which the kernel applies atomically), and only then is the
+// old set deleted. A socket that connects meanwhile sees the old set or the
+// new one, never a mix and never nothing.
+type Dataplane struct {
+	m Maps
+
+	services map[backend.ServiceKey]*Rendered
+	written  map[Frontend]ServiceValue
+	owners   map[Frontend]backend.ServiceKey
+	sets     map[string]*liveSet
+	setIDs   idPool
+	affinity map[string]uint32 // Service port -> affinity id
+	affIDs   idPool
+
+	// Conflicts lists frontends claimed by two Services (the first keeps
+	// it), for logs and tests.
+	Conflicts []string
+	// full: the last Sync rewrote every entry (a reset, or a resync that
+	// found the kernel's maps changed behind kpng's back).
+	full bool
+}
+
+// NewDataplane returns a dataplane writing to m. Its first Sync must be a
+// reset, which reads back what m holds.
+func NewDataplane(m Maps) *Dataplane {
+	d := &Dataplane{m: m}
+	d.forget()
+	return d
+}
+
+func (d *Dataplane) forget() {
+	d.services = map[backend.ServiceKey]*Rendered{}
+	d.written = map[Frontend]ServiceValue{}
+	d.owners = map[Frontend]backend.ServiceKey{}
+	d.sets = map[string]*liveSet{}
+	d.affinity = map[string]uint32{}
+	d.setIDs = newIDPool()
+	d.affIDs = newIDPool()
+	d.Conflicts = nil
+}
+
+// Sync implements backend.Backend.
+func (d *Dataplane) Sync(_ context.Context, st *backend.State, ch backend.Changes) error {
+	d.full = false
+	if ch.Reset {
+		d.full = true
+		return d.reset(st)
+	}
+	if ch.Resync {
+		same, err := d.check()
+		if err != nil {
+			return err
+		}
+		if !same {
+			d.full = true
+			return d.reset(st)
+		}
+	}
+	keys := append(slices.Clone(ch.Set), ch.Deleted...)
+	if ch.NodeChanged { // node ports follow the node's addresses
+		keys = slices.AppendSeq(keys, maps.Keys(st.Services))
+		keys = slices.AppendSeq(keys, maps.Keys(d.services))
+	}
+	slices.SortFunc(keys, backend.ServiceKey.Compare)
+	for _, k := range slices.Compact(keys) {
+		if err := d.applyFromState(st, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LastSyncFull reports whether the last Sync rewrote every entry, for
+// backend.Options.LastSyncFull.
+func (d *Dataplane) LastSyncFull() bool { return d.full }
+
+// check compares the services map with what was written: a periodic resync
+// repairs (with a reset) a map changed by hand. The slots are not read: a
+// set is never rewritten in place, so a changed frontend is what matters.
+func (d *Dataplane) check() (bool, error) {
+	kSvcs, _, err := d.m.Dump()
+	if err != nil {
+		return false, fmt.Errorf("reading the maps: %w", err)
+	}
+	return maps.Equal(kSvcs, d.written), nil
+}
+
+func (d *Dataplane) applyFromState(st *backend.State, k backend.ServiceKey) error {
+	se := st.Services[k]
+	if se == nil {
+		return d.apply(k, nil)
+	}
+	r, err := Render(se, NodeAddrs(st.Node, k.Family))
+	if err != nil {
+		return err
+	}
+	return d.apply(k, r)
+}
+
+// reset makes the maps hold exactly the state, from whatever they hold
+// (another run's entries, pinned): new sets are written under ids the
+// kernel does not use, every frontend is switched to them, and then the
+// frontends and sets not in the state are deleted.
+func (d *Dataplane) reset(st *backend.State) error {
+	d.forget()
+	kSvcs, kSets, err := d.m.Dump()
+	if err != nil {
+		return fmt.Errorf("reading the maps: %w", err)
+	}
+	for id := range kSets {
+		d.setIDs.reserve(id)
+	}
+	// Keep each Service port's affinity id, so that affinities survive a
+	// restart of kpng.
+	kAff := map[Frontend]uint32{}
+	for f, v := range kSvcs {
+		if v.AffinityID != 0 {
+			kAff[f] = v.AffinityID
+		}
+	}
+	for _, se := range st.Sorted() {
+		k := backend.KeyOf(se)
+		r, err := Render(se, NodeAddrs(st.Node, k.Family))
+		if err != nil {
+			return err
+		}
+		for _, f := range sortedFrontends(r.Frontends) {
+			rt := r.Frontends[f]
+			if id, ok := kAff[f]; ok && rt.AffinitySec > 0 && d.affinity[rt.AffinityKey] == 0 && d.affIDs.reserve(id) {
+				d.affinity[rt.AffinityKey] = id
+			}
+		}
+		if err := d.apply(k, r); err != nil {
+			return err
+		}
+	}
+	for _, f := range sortedFrontends(kSvcs) {
+		if _, ok := d.owners[f]; !ok {
+			if err := d.m.DeleteService(f); err != nil {
+				return fmt.Errorf("deleting stale frontend %s: %w", f, err)
+			}
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(kSets)) {
+		ks := kSets[id]
+		if err := d.m.DeleteSet(id, ks.Endpoints, ks.Members); err != nil {
+			return fmt.Errorf("deleting stale set %d: %w", id, err)
+		}
+		d.setIDs.release(id)
+	}
+	return nil
+}
+
+// apply makes the maps implement r for Service k (nil: the Service is gone).
+func (d *Dataplane) apply(k backend.ServiceKey, r *Rendered) error {
+	old := d.services[k]
+	if r == nil {
+		r = &Rendered{}
+	}
+	// 1. Write the sets that are new or changed, under new ids.
+	var replaced []*liveSet
+	for _, name := range slices.Sorted(maps.Keys(r.Sets)) {
+		s := r.Sets[name]
+		members := needMembers(r, name)
+		cur := d.sets[name]
+		if cur != nil && cur.set.Equal(s) && cur.members == members {
+			continue
+		}
+		ls := &liveSet{set: s, members: members}
+		if len(s.Endpoints) > 0 {
+			ls.id = d.setIDs.get()
+			if err := d.m.PutSet(ls.id, s.Endpoints, members); err != nil {
+				d.setIDs.release(ls.id)
+				return fmt.Errorf("service %s: writing set %s: %w", k, name, err)
+			}
+		}
+		if cur != nil {
+			replaced = append(replaced, cur)
+		}
+		d.sets[name] = ls
+	}
+	// 2. Switch the frontends to them.
+	for _, f := range sortedFrontends(r.Frontends) {
+		rt := r.Frontends[f]
+		if owner, ok := d.owners[f]; ok && owner != k {
+			d.Conflicts = append(d.Conflicts, fmt.Sprintf("%s: %s and %s", f, owner, k))
+			continue
+		}
+		ls := d.sets[rt.Set]
+		v := ServiceValue{Set: ls.id, Count: uint32(len(ls.set.Endpoints)), Drop: ls.set.Drop}
+		if rt.AffinitySec > 0 {
+			v.AffinitySec, v.AffinityID = rt.AffinitySec, d.affinityID(rt.AffinityKey)
+		}
+		if w, ok := d.written[f]; ok && w == v {
+			continue
+		}
+		if err := d.m.PutService(f, v); err != nil {
+			return fmt.Errorf("service %s: writing frontend %s: %w", k, f, err)
+		}
+		d.written[f], d.owners[f] = v, k
+	}
+	// 3. Delete the frontends the Service no longer has.
+	if old != nil {
+		for _, f := range sortedFrontends(old.Frontends) {
+			if _, ok := r.Frontends[f]; ok || d.owners[f] != k {
+				continue
+			}
+			if err := d.m.DeleteService(f); err != nil {
+				return fmt.Errorf("service %s: deleting frontend %s: %w", k, f, err)
+			}
+			delete(d.written, f)
+			delete(d.owners, f)
+		}
+		for _, name := range slices.Sorted(maps.Keys(old.Sets)) {
+			if _, ok := r.Sets[name]; !ok {
+				replaced = append(replaced, d.sets[name])
+				delete(d.sets, name)
+			}
+		}
+		for _, f := range sortedFrontends(old.Frontends) {
+			rt := old.Frontends[f]
+			if _, ok := r.Frontends[f]; !ok && rt.AffinitySec > 0 && !hasAffinityKey(r, rt.AffinityKey) {
+				d.affIDs.release(d.affinity[rt.AffinityKey])
+				delete(d.affinity, rt.AffinityKey)
+			}
+		}
+	}
+	// 4. Only now delete the sets no frontend uses any more.
+	for _, ls := range replaced {
+		if ls.id == 0 {
+			continue
+		}
+		if err := d.m.DeleteSet(ls.id, ls.set.Endpoints, ls.members); err != nil {
+			return fmt.Errorf("service %s: deleting set %d: %w", k, ls.id, err)
+		}
+		d.setIDs.release(ls.id)
+	}
+	if len(r.Frontends) == 0 && len(r.Sets) == 0 {
+		delete(d.services, k)
+	} else {
+		d.services[k] = r
+	}
+	return nil
+}
+
+func (d *Dataplane) affinityID(key string) uint32 {
+	if id, ok := d.affinity[key]; ok {
+		return id
+	}
+	id := d.affIDs.get()
+	d.affinity[key] = id
+	return id
+}
+
+// needMembers: a set needs membership entries when a frontend that uses
+// it has affinity.
+func needMembers(r *Rendered, set string) bool {
+	for _, rt := range r.Frontends {
+		if rt.Set == set && rt.AffinitySec > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func hasAffinityKey(r *Rendered, key string) bool {
+	for _, rt := range r.Frontends {
+		if rt.AffinityKey == key && rt.AffinitySec > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedFrontends[V any](m map[Frontend]V) []Frontend {
+	return slices.SortedFunc(maps.Keys(m), func(a, b Frontend) int {
+		if c := a.Addr.Compare(b.Addr); c != 0 {
+			return c
+		}
+		if a.Port != b.Port {
+			return int(a.Port) - int(b.Port)
+		}
+		return int(a.Proto) - int(b.Proto)
+	})
+}
+
+// Frontends returns what the dataplane wrote, for `kpng ... to-ebpf
+// --print` and tests: one line per frontend, sorted.
+func (d *Dataplane) Frontends() []string {
+	var out []string
+	for _, f := range sortedFrontends(d.written) {
+		v := d.written[f]
+		ls := d.sets[d.services[d.owners[f]].Frontends[f].Set]
+		eps := make([]string, len(ls.set.Endpoints))
+		for i, e := range ls.set.Endpoints {
+			eps[i] = e.String()
+		}
+		out = append(out, fmt.Sprintf("%s -> [%s] set=%d drop=%v affinity=%ds", f, strings.Join(eps, " "), v.Set, v.Drop, v.AffinitySec))
+	}
+	return out
+}
+
+// idPool hands out uint32 ids from 1, reusing released ones.
+type idPool struct {
+	used map[uint32]bool
+	free []uint32
+	next uint32
+}
+
+func newIDPool() idPool { return idPool{used: map[uint32]bool{}, next: 1} }
+
+func (p *idPool) get() uint32 {
+	for len(p.free) > 0 {
+		id := p.free[len(p.free)-1]
+		p.free = p.free[:len(p.free)-1]
+		if !p.used[id] {
+			p.used[id] = true
+			return id
+		}
+	}
+	for p.used[p.next] || p.next == 0 {
+		p.next++
+	}
+	id := p.next
+	p.used[id] = true
+	p.next++
+	return id
+}
+
+// reserve marks id used (an id found in the kernel); false if it already was.
+func (p *idPool) reserve(id uint32) bool {
+	if id == 0 || p.used[id] {
+		return false
+	}
+	p.used[id] = true
+	return true
+}
+
+func (p *idPool) release(id uint32) {
+	if id == 0 || !p.used[id] {
+		return
+	}
+	delete(p.used, id)
+	p.free = append(p.free, id)
+}

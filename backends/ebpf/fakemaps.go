@@ -1,0 +1,145 @@
+package ebpf
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+)
+
+// FakeMaps is Maps in memory, for tests of the dataplane without a kernel.
+// After every operation it checks what a socket would see at that moment:
+// that every frontend with endpoints finds all its slots. Check (nil
+// unless some operation broke it) says when it did not.
+type FakeMaps struct {
+	Services map[Frontend]ServiceValue
+	Slots    map[[2]uint32]netip.AddrPort // (set, slot)
+	Members  map[uint32]map[netip.AddrPort]uint32
+	// Ops logs each operation, e.g. "put-set 3 [10.0.0.1:80]".
+	Ops []string
+	// Err, if set, is returned by the next operation (then cleared).
+	Err error
+	// Broken is the first moment a frontend lacked a slot, if any.
+	Broken error
+}
+
+// NewFakeMaps returns empty maps.
+func NewFakeMaps() *FakeMaps {
+	return &FakeMaps{Services: map[Frontend]ServiceValue{}, Slots: map[[2]uint32]netip.AddrPort{}, Members: map[uint32]map[netip.AddrPort]uint32{}}
+}
+
+func (f *FakeMaps) fail() error {
+	err := f.Err
+	f.Err = nil
+	return err
+}
+
+// check verifies that every frontend finds its endpoints, after op.
+func (f *FakeMaps) check(op string) {
+	if f.Broken != nil {
+		return
+	}
+	for fe, v := range f.Services {
+		for i := range v.Count {
+			if _, ok := f.Slots[[2]uint32{v.Set, i}]; !ok {
+				f.Broken = fmt.Errorf("after %q: frontend %s has count %d but set %d lacks slot %d", op, fe, v.Count, v.Set, i)
+				return
+			}
+		}
+	}
+}
+
+func (f *FakeMaps) log(op string) {
+	f.Ops = append(f.Ops, op)
+	f.check(op)
+}
+
+// PutSet implements Maps.
+func (f *FakeMaps) PutSet(id uint32, eps []netip.AddrPort, members bool) error {
+	if err := f.fail(); err != nil {
+		return err
+	}
+	for i, ep := range eps {
+		f.Slots[[2]uint32{id, uint32(i)}] = ep
+	}
+	if members {
+		f.Members[id] = map[netip.AddrPort]uint32{}
+		for i, ep := range eps {
+			f.Members[id][ep] = uint32(i)
+		}
+	}
+	f.log(fmt.Sprintf("put-set %d %v", id, eps))
+	return nil
+}
+
+// DeleteSet implements Maps.
+func (f *FakeMaps) DeleteSet(id uint32, eps []netip.AddrPort, members bool) error {
+	if err := f.fail(); err != nil {
+		return err
+	}
+	for i := range eps {
+		delete(f.Slots, [2]uint32{id, uint32(i)})
+	}
+	if members {
+		delete(f.Members, id)
+	}
+	f.log(fmt.Sprintf("delete-set %d", id))
+	return nil
+}
+
+// PutService implements Maps.
+func (f *FakeMaps) PutService(fe Frontend, v ServiceValue) error {
+	if err := f.fail(); err != nil {
+		return err
+	}
+	f.Services[fe] = v
+	f.log(fmt.Sprintf("put-service %s set=%d count=%d", fe, v.Set, v.Count))
+	return nil
+}
+
+// DeleteService implements Maps.
+func (f *FakeMaps) DeleteService(fe Frontend) error {
+	if err := f.fail(); err != nil {
+		return err
+	}
+	delete(f.Services, fe)
+	f.log(fmt.Sprintf("delete-service %s", fe))
+	return nil
+}
+
+// Dump implements Maps.
+func (f *FakeMaps) Dump() (map[Frontend]ServiceValue, map[uint32]KernelSet, error) {
+	if err := f.fail(); err != nil {
+		return nil, nil, err
+	}
+	sets := map[uint32]KernelSet{}
+	for _, k := range slices.SortedFunc(maps.Keys(f.Slots), func(a, b [2]uint32) int {
+		if a[0] != b[0] {
+			return int(a[0]) - int(b[0])
+		}
+		return int(a[1]) - int(b[1])
+	}) {
+		s := sets[k[0]]
+		for uint32(len(s.Endpoints)) <= k[1] {
+			s.Endpoints = append(s.Endpoints, netip.AddrPort{})
+		}
+		s.Endpoints[k[1]] = f.Slots[k]
+		s.Members = f.Members[k[0]] != nil
+		sets[k[0]] = s
+	}
+	return maps.Clone(f.Services), sets, nil
+}
+
+// Resolve returns the endpoints a socket dialling fe may reach now, as the
+// programs would find them, and whether the frontend exists.
+func (f *FakeMaps) Resolve(fe Frontend) ([]netip.AddrPort, bool) {
+	v, ok := f.Services[fe]
+	if !ok {
+		return nil, false
+	}
+	var out []netip.AddrPort
+	for i := range v.Count {
+		out = append(out, f.Slots[[2]uint32{v.Set, i}])
+	}
+	return out, true
+}

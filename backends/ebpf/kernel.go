@@ -1,0 +1,208 @@
+package ebpf
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/cilium/ebpf"
+)
+
+// kernelMaps is Maps on the BPF maps the socket programs read.
+type kernelMaps struct {
+	services *ebpf.Map
+	slots    *ebpf.Map
+	members  *ebpf.Map
+}
+
+func newKernelMaps(m *sockMaps) *kernelMaps {
+	return &kernelMaps{services: m.KpngServices, slots: m.KpngSlots, members: m.KpngMembers}
+}
+
+// The maps hold addresses and ports in network order, as the socket's
+// struct bpf_sock_addr does; IPv4 as IPv4-mapped IPv6.
+
+func addrKey(a netip.Addr) [4]uint32 {
+	b := a.As16()
+	var k [4]uint32
+	for i := range k {
+		k[i] = binary.NativeEndian.Uint32(b[4*i:])
+	}
+	return k
+}
+
+func keyAddr(k [4]uint32) netip.Addr {
+	var b [16]byte
+	for i, w := range k {
+		binary.NativeEndian.PutUint32(b[4*i:], w)
+	}
+	return netip.AddrFrom16(b).Unmap()
+}
+
+// portKey converts a port to and from network order (its own inverse).
+func portKey(p uint16) uint16 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], p)
+	return binary.NativeEndian.Uint16(b[:])
+}
+
+func endpointKey(ap netip.AddrPort) sockEndpoint {
+	return sockEndpoint{Addr: addrKey(ap.Addr()), Port: portKey(ap.Port())}
+}
+
+func keyEndpoint(e sockEndpoint) netip.AddrPort {
+	return netip.AddrPortFrom(keyAddr(e.Addr), portKey(e.Port))
+}
+
+func frontendKey(f Frontend) sockSvcKey {
+	return sockSvcKey{Addr: addrKey(f.Addr), Port: portKey(f.Port), Proto: f.Proto}
+}
+
+func keyFrontend(k sockSvcKey) Frontend {
+	return Frontend{Addr: keyAddr(k.Addr), Port: portKey(k.Port), Proto: k.Proto}
+}
+
+const svcFlagDrop = 1 // SVC_F_DROP in bpf/sock.c
+
+func serviceValue(v ServiceValue) sockSvcVal {
+	out := sockSvcVal{Set: v.Set, Count: v.Count, AffinitySec: v.AffinitySec, AffinityId: v.AffinityID}
+	if v.Drop {
+		out.Flags |= svcFlagDrop
+	}
+	return out
+}
+
+func valueService(v sockSvcVal) ServiceValue {
+	return ServiceValue{Set: v.Set, Count: v.Count, AffinitySec: v.AffinitySec, AffinityID: v.AffinityId, Drop: v.Flags&svcFlagDrop != 0}
+}
+
+// PutSet implements Maps, with one batch update per map.
+func (k *kernelMaps) PutSet(id uint32, eps []netip.AddrPort, members bool) error {
+	keys := make([]sockSlotKey, len(eps))
+	vals := make([]sockEndpoint, len(eps))
+	for i, ep := range eps {
+		keys[i], vals[i] = sockSlotKey{Set: id, Slot: uint32(i)}, endpointKey(ep)
+	}
+	if _, err := k.slots.BatchUpdate(keys, vals, nil); err != nil {
+		return fmt.Errorf("slots: %w", err)
+	}
+	if !members {
+		return nil
+	}
+	mkeys := make([]sockMemberKey, len(eps))
+	slots := make([]uint32, len(eps))
+	for i, ep := range eps {
+		mkeys[i], slots[i] = sockMemberKey{Set: id, Ep: endpointKey(ep)}, uint32(i)
+	}
+	if _, err := k.members.BatchUpdate(mkeys, slots, nil); err != nil {
+		return fmt.Errorf("members: %w", err)
+	}
+	return nil
+}
+
+// DeleteSet implements Maps.
+func (k *kernelMaps) DeleteSet(id uint32, eps []netip.AddrPort, members bool) error {
+	keys := make([]sockSlotKey, len(eps))
+	for i := range eps {
+		keys[i] = sockSlotKey{Set: id, Slot: uint32(i)}
+	}
+	if err := batchDelete(k.slots, keys); err != nil {
+		return fmt.Errorf("slots: %w", err)
+	}
+	if !members {
+		return nil
+	}
+	var mkeys []sockMemberKey
+	for _, ep := range eps {
+		if ep.IsValid() {
+			mkeys = append(mkeys, sockMemberKey{Set: id, Ep: endpointKey(ep)})
+		}
+	}
+	if err := batchDelete(k.members, mkeys); err != nil {
+		return fmt.Errorf("members: %w", err)
+	}
+	return nil
+}
+
+// batchDelete deletes keys, in one call unless some are already gone (the
+// kernel's batch stops at the first missing key): then one by one.
+func batchDelete[K any](m *ebpf.Map, keys []K) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	n, err := m.BatchDelete(keys, nil)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return err
+	}
+	for _, key := range keys[n:] {
+		if err := m.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// PutService implements Maps.
+func (k *kernelMaps) PutService(f Frontend, v ServiceValue) error {
+	key, val := frontendKey(f), serviceValue(v)
+	return k.services.Put(&key, &val)
+}
+
+// DeleteService implements Maps.
+func (k *kernelMaps) DeleteService(f Frontend) error {
+	key := frontendKey(f)
+	if err := k.services.Delete(&key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Dump implements Maps.
+func (k *kernelMaps) Dump() (map[Frontend]ServiceValue, map[uint32]KernelSet, error) {
+	svcs := map[Frontend]ServiceValue{}
+	var sk sockSvcKey
+	var sv sockSvcVal
+	it := k.services.Iterate()
+	for it.Next(&sk, &sv) {
+		svcs[keyFrontend(sk)] = valueService(sv)
+	}
+	if err := it.Err(); err != nil {
+		return nil, nil, fmt.Errorf("services: %w", err)
+	}
+	sets := map[uint32]KernelSet{}
+	var slot sockSlotKey
+	var ep sockEndpoint
+	it = k.slots.Iterate()
+	for it.Next(&slot, &ep) {
+		s := sets[slot.Set]
+		for uint32(len(s.Endpoints)) <= slot.Slot {
+			s.Endpoints = append(s.Endpoints, netip.AddrPort{})
+		}
+		s.Endpoints[slot.Slot] = keyEndpoint(ep)
+		sets[slot.Set] = s
+	}
+	if err := it.Err(); err != nil {
+		return nil, nil, fmt.Errorf("slots: %w", err)
+	}
+	var mk sockMemberKey
+	var idx uint32
+	it = k.members.Iterate()
+	for it.Next(&mk, &idx) {
+		s := sets[mk.Set]
+		s.Members = true
+		// A member whose slot is gone is still deleted with its set.
+		if !slices.Contains(s.Endpoints, keyEndpoint(mk.Ep)) {
+			s.Endpoints = append(s.Endpoints, keyEndpoint(mk.Ep))
+		}
+		sets[mk.Set] = s
+	}
+	if err := it.Err(); err != nil {
+		return nil, nil, fmt.Errorf("members: %w", err)
+	}
+	return svcs, sets, nil
+}
