@@ -34,6 +34,19 @@ type sockEndpoint struct {
 	Pad  uint16
 }
 
+type sockFlowKey struct {
+	_      structs.HostLayout
+	Cookie uint64
+	Svc    sockSvcKey
+	Pad    uint32
+}
+
+type sockFlowVal struct {
+	_    structs.HostLayout
+	Set  uint32
+	Slot uint32
+}
+
 type sockMemberKey struct {
 	_   structs.HostLayout
 	Set uint32
@@ -75,6 +88,7 @@ type sockSvcVal struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	sockMapKpngAffinity      = "kpng_affinity"
+	sockMapKpngFlows         = "kpng_flows"
 	sockMapKpngMembers       = "kpng_members"
 	sockMapKpngRevnat        = "kpng_revnat"
 	sockMapKpngServices      = "kpng_services"
@@ -146,6 +160,7 @@ type sockProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type sockMapSpecs struct {
 	KpngAffinity *ebpf.MapSpec `ebpf:"kpng_affinity"`
+	KpngFlows    *ebpf.MapSpec `ebpf:"kpng_flows"`
 	KpngMembers  *ebpf.MapSpec `ebpf:"kpng_members"`
 	KpngRevnat   *ebpf.MapSpec `ebpf:"kpng_revnat"`
 	KpngServices *ebpf.MapSpec `ebpf:"kpng_services"`
@@ -179,6 +194,7 @@ func (o *sockObjects) Close() error {
 // It can be passed to loadSockObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sockMaps struct {
 	KpngAffinity *ebpf.Map `ebpf:"kpng_affinity"`
+	KpngFlows    *ebpf.Map `ebpf:"kpng_flows"`
 	KpngMembers  *ebpf.Map `ebpf:"kpng_members"`
 	KpngRevnat   *ebpf.Map `ebpf:"kpng_revnat"`
 	KpngServices *ebpf.Map `ebpf:"kpng_services"`
@@ -188,6 +204,7 @@ type sockMaps struct {
 func (m *sockMaps) Close() error {
 	return _SockClose(
 		m.KpngAffinity,
+		m.KpngFlows,
 		m.KpngMembers,
 		m.KpngRevnat,
 		m.KpngServices,

@@ -69,6 +69,29 @@ func dial(kind, addr string) string {
 			return "err " + errName(err)
 		}
 		return fmt.Sprintf("ok %s peer=%s", strings.TrimSpace(string(buf[:n])), peerName(c))
+	case "udpflow": // ten datagrams from one socket: where did they go?
+		c, err := net.ListenUDP("udp", nil)
+		if err != nil {
+			return "err " + errName(err)
+		}
+		defer c.Close()
+		c.SetDeadline(deadline)
+		to, err := net.ResolveUDPAddr("udp", addr)
+		if err != nil {
+			return "err " + err.Error()
+		}
+		seen := map[string]bool{}
+		for range 10 {
+			if _, err := c.WriteToUDP([]byte("hi"), to); err != nil {
+				return "err " + errName(err)
+			}
+			n, _, err := c.ReadFromUDP(buf)
+			if err != nil {
+				return "err " + errName(err)
+			}
+			seen[string(buf[:n])] = true
+		}
+		return fmt.Sprintf("ok %d endpoints", len(seen))
 	case "udp":
 		c, err := net.ListenUDP("udp", nil)
 		if err != nil {
@@ -219,6 +242,10 @@ const (
 	ep2       = "10.250.0.3"
 	clusterIP = "10.96.100.10"
 	extIP     = "203.0.113.10"
+
+	ep1v6       = "fd00:250::2"
+	ep2v6       = "fd00:250::3"
+	clusterIPv6 = "fd00:96::10"
 )
 
 func newLab(t *testing.T) *lab {
@@ -227,6 +254,7 @@ func newLab(t *testing.T) *lab {
 	if err := l.cli.IPBatch(
 		"link add vc type veth peer name vs netns "+l.srv.Name,
 		"addr add 10.250.0.1/24 dev vc",
+		"addr add fd00:250::1/64 dev vc nodad",
 		"link set vc up",
 	); err != nil {
 		t.Fatal(err)
@@ -234,11 +262,13 @@ func newLab(t *testing.T) *lab {
 	if err := l.srv.IPBatch(
 		"addr add "+ep1+"/24 dev vs",
 		"addr add "+ep2+"/24 dev vs",
+		"addr add "+ep1v6+"/64 dev vs nodad",
+		"addr add "+ep2v6+"/64 dev vs nodad",
 		"link set vs up",
 	); err != nil {
 		t.Fatal(err)
 	}
-	for _, ip := range []string{ep1, ep2} {
+	for _, ip := range []string{ep1, ep2, "[" + ep1v6 + "]", "[" + ep2v6 + "]"} {
 		l.serve(t, ip)
 	}
 	return l
@@ -252,8 +282,8 @@ func (l *lab) serve(t *testing.T, ip string) {
 	var pc net.PacketConn
 	err := l.srv.Do(func() error {
 		var err error
-		// The address is on the interface but may still be tentative: no
-		// DAD for IPv4, so it binds at once.
+		// IPv6 addresses are added without duplicate address detection
+		// (nodad), so they bind at once, as IPv4 ones.
 		if ln, err = net.Listen("tcp", ip+":8080"); err != nil {
 			return err
 		}
@@ -541,4 +571,121 @@ func TestEndpointChangeCost(t *testing.T) {
 	if avg > time.Millisecond {
 		t.Errorf("mean %v, the issue's target is under 1 ms", avg)
 	}
+}
+
+// socketLab is a started backend on the kernel test's lab, with a client
+// in its cgroup.
+type socketLab struct {
+	t      *testing.T
+	client *client
+	b      backend.Backend
+	st     *backend.State
+	first  bool
+}
+
+func newSocketLab(t *testing.T) *socketLab {
+	netnstest.RequireRoot(t)
+	l := newLab(t)
+	cgroup := testCgroup(t)
+	pins := testBPFFS(t)
+	t.Cleanup(func() {
+		if err := Remove(pins); err != nil {
+			t.Errorf("removing the pins: %v", err)
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	p := &Plugin{Config: Config{PinPath: pins, CgroupPath: cgroup}, set: true}
+	b, _, err := p.Open(ctx, backend.Env{NodeName: "node-1"})
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	return &socketLab{t: t, client: startClient(t, l, cgroup), b: b, st: backend.NewState("node-1"), first: true}
+}
+
+func (s *socketLab) set(ses ...*localv1.ServiceEndpoints) {
+	s.t.Helper()
+	ch := backend.Changes{Reset: s.first}
+	s.first = false
+	for _, se := range ses {
+		k := backend.KeyOf(se)
+		s.st.Services[k] = se
+		ch.Set = append(ch.Set, k)
+	}
+	if err := s.b.Sync(context.Background(), s.st, ch); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// TestSocketAffinityAndDatagramFlows: with ClientIP affinity every
+// connection of a client goes to one endpoint until it leaves the set; an
+// unconnected UDP socket's datagrams to a Service stay with one endpoint,
+// as kube-proxy's conntrack entry keeps them.
+func TestSocketAffinityAndDatagramFlows(t *testing.T) {
+	s := newSocketLab(t)
+	vip := clusterIP + ":80"
+	se := webService(ep1, ep2)
+	se.Service.ClientIpAffinitySeconds = 10800
+	s.set(se)
+	first := s.client.dial(t, "tcp", vip)
+	if !strings.HasPrefix(first, "ok ") {
+		t.Fatalf("tcp %s: %s", vip, first)
+	}
+	for range 20 {
+		s.client.want(t, "tcp", vip, first)
+	}
+	// The endpoint of the affinity leaves: the client moves to the other,
+	// and stays there.
+	other := ep2
+	if strings.Contains(first, ep2+":") {
+		other = ep1
+	}
+	se = webService(other)
+	se.Service.ClientIpAffinitySeconds = 10800
+	s.set(se)
+	s.client.want(t, "tcp", vip, "ok "+other+":8080 peer="+vip)
+	se = webService(ep1, ep2)
+	se.Service.ClientIpAffinitySeconds = 10800
+	s.set(se)
+	for range 20 {
+		s.client.want(t, "tcp", vip, "ok "+other+":8080 peer="+vip)
+	}
+
+	// Datagram flows, without affinity: ten datagrams of one socket reach
+	// one endpoint (run ten times: a per-datagram choice between two
+	// endpoints would show within them).
+	s.set(webService(ep1, ep2))
+	for range 10 {
+		s.client.want(t, "udpflow", clusterIP+":53", "ok 1 endpoints")
+	}
+}
+
+// TestSocketLoadBalancingIPv6: the IPv6 programs, on an IPv6 Service.
+func TestSocketLoadBalancingIPv6(t *testing.T) {
+	s := newSocketLab(t)
+	se := webService(ep1v6)
+	se.Service.Family = localv1.IPFamily_IPV6
+	se.Service.ClusterIp = clusterIPv6
+	se.Service.ExternalIps = nil
+	s.set(se)
+	vip, vipUDP := "["+clusterIPv6+"]:80", "["+clusterIPv6+"]:53"
+	s.client.want(t, "tcp", vip, "ok ["+ep1v6+"]:8080 peer="+vip)
+	s.client.want(t, "udp", vipUDP, "ok ["+ep1v6+"]:5353 peer="+vipUDP)
+	s.client.want(t, "udpc", vipUDP, "ok ["+ep1v6+"]:5353 peer="+vipUDP)
+
+	se = webService(ep2v6)
+	se.Service.Family = localv1.IPFamily_IPV6
+	se.Service.ClusterIp = clusterIPv6
+	se.Service.ExternalIps = nil
+	s.set(se)
+	s.client.want(t, "tcp", vip, "ok ["+ep2v6+"]:8080 peer="+vip)
+
+	se = webService()
+	se.Service.Family = localv1.IPFamily_IPV6
+	se.Service.ClusterIp = clusterIPv6
+	se.Service.ExternalIps = nil
+	s.set(se)
+	s.client.want(t, "tcp", vip, "err ECONNREFUSED")
+	// The IPv4 cluster IP is not an IPv6 Service's.
+	s.client.want(t, "tcp", clusterIP+":80", "err ENETUNREACH")
 }

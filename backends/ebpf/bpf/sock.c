@@ -144,12 +144,35 @@ static __always_inline void key6(struct svc_key *k, struct bpf_sock_addr *ctx)
 	k->pad = 0;
 }
 
-// pick chooses the endpoint of a Service: the client's affinity if it has
-// one that is fresh and still in the set, or a random slot.
-static __always_inline struct endpoint *pick(struct bpf_sock_addr *ctx, struct svc_val *svc)
+// A datagram flow: one unconnected UDP socket sending to one Service. Its
+// datagrams keep going to the endpoint of the first one, as kube-proxy's
+// conntrack entry keeps them, while the Service's set is unchanged.
+struct flow_key {
+	__u64 cookie;
+	struct svc_key svc;
+	__u32 pad;
+};
+
+struct flow_val {
+	__u32 set;
+	__u32 slot;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct flow_key);
+	__type(value, struct flow_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_flows SEC(".maps");
+
+// pick chooses the slot of a Service's endpoint: the client's affinity if
+// it has one that is fresh and still in the set, or a random slot.
+static __always_inline __u32 pick(struct bpf_sock_addr *ctx, struct svc_val *svc)
 {
 	struct affinity_key ak = {};
 	__u64 now = 0;
+	__u32 slot;
 
 	if (svc->affinity_sec) {
 		ak.netns = bpf_get_netns_cookie(ctx);
@@ -160,33 +183,58 @@ static __always_inline struct endpoint *pick(struct bpf_sock_addr *ctx, struct s
 			struct member_key mk = {};
 			mk.set = svc->set;
 			mk.ep = av->ep;
-			__u32 *slot = bpf_map_lookup_elem(&kpng_members, &mk);
-			if (slot) {
-				struct slot_key sk = {.set = svc->set, .slot = *slot};
-				struct endpoint *ep = bpf_map_lookup_elem(&kpng_slots, &sk);
-				if (ep) {
-					av->last_ns = now;
-					return ep;
-				}
+			__u32 *member = bpf_map_lookup_elem(&kpng_members, &mk);
+			if (member) {
+				av->last_ns = now;
+				return *member;
 			}
 		}
 	}
 
-	struct slot_key sk = {.set = svc->set, .slot = bpf_get_prandom_u32() % svc->count};
-	struct endpoint *ep = bpf_map_lookup_elem(&kpng_slots, &sk);
-	if (ep && svc->affinity_sec) {
-		struct affinity_val av = {};
-		av.ep = *ep;
-		av.last_ns = now;
-		bpf_map_update_elem(&kpng_affinity, &ak, &av, BPF_ANY);
+	slot = bpf_get_prandom_u32() % svc->count;
+	if (svc->affinity_sec) {
+		struct slot_key sk = {.set = svc->set, .slot = slot};
+		struct endpoint *ep = bpf_map_lookup_elem(&kpng_slots, &sk);
+		if (ep) {
+			struct affinity_val av = {};
+			av.ep = *ep;
+			av.last_ns = now;
+			bpf_map_update_elem(&kpng_affinity, &ak, &av, BPF_ANY);
+		}
 	}
-	return ep;
+	return slot;
+}
+
+// lookup_endpoint returns the endpoint for a socket dialling Service k:
+// for a datagram flow, the endpoint its first datagram went to.
+static __always_inline struct endpoint *lookup_endpoint(struct bpf_sock_addr *ctx, struct svc_key *k, struct svc_val *svc, int flow)
+{
+	struct flow_key fk = {};
+	struct slot_key sk = {.set = svc->set};
+
+	if (flow) {
+		fk.cookie = bpf_get_socket_cookie(ctx);
+		fk.svc = *k;
+		struct flow_val *fv = bpf_map_lookup_elem(&kpng_flows, &fk);
+		if (fv && fv->set == svc->set && fv->slot < svc->count) {
+			sk.slot = fv->slot;
+			struct endpoint *ep = bpf_map_lookup_elem(&kpng_slots, &sk);
+			if (ep)
+				return ep;
+		}
+	}
+	sk.slot = pick(ctx, svc);
+	if (flow) {
+		struct flow_val fv = {.set = svc->set, .slot = sk.slot};
+		bpf_map_update_elem(&kpng_flows, &fk, &fv, BPF_ANY);
+	}
+	return bpf_map_lookup_elem(&kpng_slots, &sk);
 }
 
 // translate looks the dialled address up; on a Service it writes the
-// endpoint chosen into *ep and returns 1, returns 0 for any other address,
-// and -1 when the connection must be refused.
-static __always_inline int translate(struct bpf_sock_addr *ctx, struct svc_key *k, struct endpoint *out)
+// endpoint chosen into *out and returns 1, returns 0 for any other address,
+// and -1 when the connection must be refused (with the errno set).
+static __always_inline int translate(struct bpf_sock_addr *ctx, struct svc_key *k, struct endpoint *out, int flow)
 {
 	struct svc_val *svc = bpf_map_lookup_elem(&kpng_services, k);
 	if (!svc)
@@ -195,7 +243,7 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, struct svc_key *
 		bpf_set_retval((svc->flags & SVC_F_DROP) ? -ETIMEDOUT : -ECONNREFUSED);
 		return -1;
 	}
-	struct endpoint *ep = pick(ctx, svc);
+	struct endpoint *ep = lookup_endpoint(ctx, k, svc, flow);
 	if (!ep) {
 		// The set was replaced between the two lookups (kpng writes the
 		// new set, switches the Service, then deletes the old set): the
@@ -205,7 +253,7 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, struct svc_key *
 			bpf_set_retval(-ECONNREFUSED);
 			return -1;
 		}
-		ep = pick(ctx, svc);
+		ep = lookup_endpoint(ctx, k, svc, flow);
 		if (!ep) {
 			bpf_set_retval(-ECONNREFUSED);
 			return -1;
@@ -236,13 +284,13 @@ static __always_inline int is_v4mapped(struct endpoint *ep)
 	return ep->addr[0] == 0 && ep->addr[1] == 0 && ep->addr[2] == bpf_htonl(0x0000ffff);
 }
 
-static __always_inline int forward4(struct bpf_sock_addr *ctx)
+static __always_inline int forward4(struct bpf_sock_addr *ctx, int flow)
 {
 	struct svc_key k;
 	struct endpoint ep = {};
 
 	key4(&k, ctx);
-	int r = translate(ctx, &k, &ep);
+	int r = translate(ctx, &k, &ep, flow);
 	if (r < 0)
 		return 0;
 	if (r == 0 || !is_v4mapped(&ep))
@@ -253,13 +301,13 @@ static __always_inline int forward4(struct bpf_sock_addr *ctx)
 	return 1;
 }
 
-static __always_inline int forward6(struct bpf_sock_addr *ctx)
+static __always_inline int forward6(struct bpf_sock_addr *ctx, int flow)
 {
 	struct svc_key k;
 	struct endpoint ep = {};
 
 	key6(&k, ctx);
-	int r = translate(ctx, &k, &ep);
+	int r = translate(ctx, &k, &ep, flow);
 	if (r < 0)
 		return 0;
 	if (r == 0)
@@ -318,13 +366,13 @@ static __always_inline void reverse6(struct bpf_sock_addr *ctx)
 SEC("cgroup/connect4")
 int kpng_connect4(struct bpf_sock_addr *ctx)
 {
-	return forward4(ctx);
+	return forward4(ctx, 0);
 }
 
 SEC("cgroup/sendmsg4")
 int kpng_sendmsg4(struct bpf_sock_addr *ctx)
 {
-	return forward4(ctx);
+	return forward4(ctx, 1);
 }
 
 SEC("cgroup/recvmsg4")
@@ -344,13 +392,13 @@ int kpng_getpeername4(struct bpf_sock_addr *ctx)
 SEC("cgroup/connect6")
 int kpng_connect6(struct bpf_sock_addr *ctx)
 {
-	return forward6(ctx);
+	return forward6(ctx, 0);
 }
 
 SEC("cgroup/sendmsg6")
 int kpng_sendmsg6(struct bpf_sock_addr *ctx)
 {
-	return forward6(ctx);
+	return forward6(ctx, 1);
 }
 
 SEC("cgroup/recvmsg6")
