@@ -4,8 +4,11 @@
 #
 #   - Debian packages: etcd-server (the API server's store), nftables,
 #     iptables, conntrack and iproute2 (the dataplane tests),
-#     protobuf-compiler (hack/generate.sh), and containerd (its ctr imports
-#     the image hack/image.sh builds);
+#     protobuf-compiler (hack/generate.sh), containerd (its ctr imports
+#     the image hack/image.sh builds), and clang, llvm and libbpf-dev
+#     (go generate ./backends/ebpf compiles the BPF programs;
+#     hack/verify-ebpf.sh checks the committed objects with them: building
+#     kpng needs none of them);
 #   - kube-apiserver and kube-proxy, built from the Kubernetes module pinned in
 #     hack/tools/go.mod, into the git-ignored folder .cache/bin.
 #
@@ -24,7 +27,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tools="${root}/hack/tools"
 bin="${root}/.cache/bin"
 
-packages=(etcd-server nftables iptables conntrack iproute2 protobuf-compiler containerd)
+packages=(etcd-server nftables iptables conntrack iproute2 protobuf-compiler containerd clang llvm libbpf-dev)
 binaries=(kube-apiserver kube-proxy)
 
 install_packages() {

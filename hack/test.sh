@@ -4,7 +4,8 @@
 #
 #   1. installs what the tests run against (hack/install-test-deps.sh:
 #      etcd, nftables, iptables, conntrack, kube-apiserver built and cached);
-#   2. checks gofmt and go vet (with every build tag);
+#   2. checks gofmt and go vet (with every build tag), and that the
+#      committed BPF objects of backends/ebpf match their C sources;
 #   3. runs every test once, with the race detector: unit tests, tests
 #      against the real API server (build tag "integration") and real-packet
 #      tests in network namespaces (build tag "e2e", needs root);
@@ -52,6 +53,9 @@ go -C hack/manifests vet ./...
 # hack/difftest imports kube-proxy's pkg/proxy; its mutation build too.
 go -C hack/difftest vet ./...
 go -C hack/difftest vet -tags kpngmutation ./...
+
+log "BPF objects (backends/ebpf's committed objects are what its C sources compile to)"
+hack/verify-ebpf.sh
 
 log "go test (unit, integration, e2e; race detector on)"
 go test -race -tags "${tags}" -timeout 60m "$@" ./...
