@@ -452,6 +452,18 @@ func TestSocketLoadBalancing(t *testing.T) {
 	c.want(t, "tcp", ext, "ok "+ep1+":8080 peer="+ext)
 	c.want(t, "udp", vipUDP, "ok "+ep1+":5353 peer="+vipUDP)
 	c.want(t, "udpc", vipUDP, "ok "+ep1+":5353 peer="+vipUDP)
+	// kpng ebpf-maps: the table of what the kernel holds.
+	var table strings.Builder
+	if err := WriteTable(&table, pins); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"10.96.100.10:80/tcp", "203.0.113.10:53/udp", ep1 + ":8080", ep1 + ":5353"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("the maps' table lacks %q:\n%s", want, table.String())
+		}
+	}
+	t.Logf("kpng ebpf-maps:\n%s", table.String())
+
 	// The endpoint itself, dialled directly, is left alone.
 	c.want(t, "tcp", ep2+":8080", "ok "+ep2+":8080 peer="+ep2+":8080")
 

@@ -39,6 +39,7 @@ A command line is a source of cluster state followed by a sink:
 	root.AddCommand(apiCommand(), localCommand())
 	root.AddCommand(cleanupCommand())
 	root.AddCommand(certsCommand())
+	root.AddCommand(ebpfMapsCommand())
 	kubeproxy.CommandLine(root)
 	return root
 }
