@@ -239,10 +239,16 @@ func (c *cluster) probes() []probe {
 
 // probeRun sends each probe every probeEvery until stop.
 type probeRun struct {
-	mu       sync.Mutex
-	sent     int
-	failed   map[string]int
-	first    map[string]netlab.Result
+	mu     sync.Mutex
+	sent   int
+	failed map[string]int
+	first  map[string]netlab.Result
+	// firstAt is when the first failure of each probe was sent.
+	firstAt map[string]time.Time
+	// stall is the longest the test process went without running its
+	// stall watch (see watchStalls), and stallAt when that stall ended.
+	stall    time.Duration
+	stallAt  time.Time
 	done     chan struct{}
 	wg       sync.WaitGroup
 	probeSet []probe
@@ -255,7 +261,7 @@ func (c *cluster) startProbes(t *testing.T) *probeRun {
 	for _, p := range ps {
 		netlab.Eventually(t, 10*time.Second, p.dial, netlab.Answered())
 	}
-	r := &probeRun{failed: map[string]int{}, first: map[string]netlab.Result{}, done: make(chan struct{}), probeSet: ps}
+	r := &probeRun{failed: map[string]int{}, first: map[string]netlab.Result{}, firstAt: map[string]time.Time{}, done: make(chan struct{}), probeSet: ps}
 	for _, p := range ps {
 		r.wg.Add(1)
 		go func() {
@@ -268,12 +274,13 @@ func (c *cluster) startProbes(t *testing.T) *probeRun {
 					return
 				case <-tick.C:
 				}
+				sent := time.Now()
 				res := p.dial()
 				r.mu.Lock()
 				r.sent++
 				if res.Outcome != netlab.OK {
 					if r.failed[p.name] == 0 {
-						r.first[p.name] = res
+						r.first[p.name], r.firstAt[p.name] = res, sent
 					}
 					r.failed[p.name]++
 				}
@@ -281,8 +288,41 @@ func (c *cluster) startProbes(t *testing.T) *probeRun {
 			}
 		}()
 	}
+	r.wg.Add(1)
+	go r.watchStalls()
 	t.Cleanup(r.stop)
 	return r
+}
+
+// stallTick is the period of the stall watch.
+const stallTick = 10 * time.Millisecond
+
+// watchStalls records the longest time the test process (on a machine
+// shared with other work) did not get to run a goroutine that wakes every
+// stallTick: a probe whose timeout fired seconds late, during such a
+// stall, may have failed because the machine stood still, not the proxy.
+// The failure still counts; the stall is reported beside it.
+func (r *probeRun) watchStalls() {
+	defer r.wg.Done()
+	tick := time.NewTicker(stallTick)
+	defer tick.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-r.done:
+			return
+		case now := <-tick.C:
+			now = time.Now() // the tick's own time is when it was due
+			if d := now.Sub(last) - stallTick; d > 0 {
+				r.mu.Lock()
+				if d > r.stall {
+					r.stall, r.stallAt = d, now
+				}
+				r.mu.Unlock()
+			}
+			last = now
+		}
+	}
 }
 
 // stop ends the traffic; it may be called more than once.
@@ -305,8 +345,12 @@ func (r *probeRun) counts() (sent, failed int, failures string) {
 	for _, p := range r.probeSet {
 		if n := r.failed[p.name]; n > 0 {
 			failed += n
-			parts = append(parts, fmt.Sprintf("%s: %d (first: %v)", p.name, n, r.first[p.name]))
+			parts = append(parts, fmt.Sprintf("%s: %d (first, sent at %s: %v)", p.name, n, r.firstAt[p.name].Format("15:04:05.000"), r.first[p.name]))
 		}
+	}
+	if failed > 0 && r.stall >= answerTimeout/2 {
+		parts = append(parts, fmt.Sprintf("the test process stood still for %v, until %s",
+			r.stall.Round(time.Millisecond), r.stallAt.Format("15:04:05.000")))
 	}
 	return r.sent, failed, strings.Join(parts, "; ")
 }
