@@ -28,6 +28,7 @@
 //	KPNG_FAULTS_FULL=1    the durations (60 s of churn, a 30 s
 //	                      API-server outage, ...)
 //	KPNG_FAULTS_MARKDOWN  write the table there, as docs/reliability.md
+//	KPNG_FAULTS_DEBUG=1   log node-1's proxy output of each fault
 //
 // A variant's pass conditions are asserted for kpng; kube-proxy's rows are
 // measured and reported, as the reference.
