@@ -6,7 +6,8 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
-	"strings"
+
+	"k8s.io/klog/v2"
 
 	"github.com/kpng/kpng/backend"
 )
@@ -75,8 +76,8 @@ type Dataplane struct {
 	affinity map[string]uint32 // Service port -> affinity id
 	affIDs   idPool
 
-	// Conflicts lists frontends claimed by two Services (the first keeps
-	// it), for logs and tests.
+	// Conflicts lists the frontends the last Sync found claimed by two
+	// Services (the first keeps it); Sync logs them.
 	Conflicts []string
 	// full: the last Sync rewrote every entry (a reset, or a resync that
 	// found the kernel's maps changed behind kpng's back).
@@ -103,8 +104,13 @@ func (d *Dataplane) forget() {
 }
 
 // Sync implements backend.Backend.
-func (d *Dataplane) Sync(_ context.Context, st *backend.State, ch backend.Changes) error {
-	d.full = false
+func (d *Dataplane) Sync(ctx context.Context, st *backend.State, ch backend.Changes) error {
+	d.full, d.Conflicts = false, nil
+	defer func() {
+		for _, c := range d.Conflicts {
+			klog.FromContext(ctx).Info("A frontend is claimed by two Services; the first keeps it", "conflict", c)
+		}
+	}()
 	if ch.Reset {
 		d.full = true
 		return d.reset(st)
@@ -345,22 +351,6 @@ func sortedFrontends[V any](m map[Frontend]V) []Frontend {
 		}
 		return int(a.Proto) - int(b.Proto)
 	})
-}
-
-// Frontends returns what the dataplane wrote, for `kpng ... to-ebpf
-// --print` and tests: one line per frontend, sorted.
-func (d *Dataplane) Frontends() []string {
-	var out []string
-	for _, f := range sortedFrontends(d.written) {
-		v := d.written[f]
-		ls := d.sets[d.services[d.owners[f]].Frontends[f].Set]
-		eps := make([]string, len(ls.set.Endpoints))
-		for i, e := range ls.set.Endpoints {
-			eps[i] = e.String()
-		}
-		out = append(out, fmt.Sprintf("%s -> [%s] set=%d drop=%v affinity=%ds", f, strings.Join(eps, " "), v.Set, v.Drop, v.AffinitySec))
-	}
-	return out
 }
 
 // idPool hands out uint32 ids from 1, reusing released ones.
