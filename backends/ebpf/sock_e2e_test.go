@@ -21,6 +21,7 @@ import (
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
 	"github.com/kpng/kpng/internal/netnstest"
+	"github.com/kpng/kpng/local/backendtest"
 )
 
 // clientEnv makes the test binary a client process (see TestMain).
@@ -703,4 +704,64 @@ func TestSocketLoadBalancingIPv6(t *testing.T) {
 	s.client.want(t, "tcp", vip, "err ECONNREFUSED")
 	// The IPv4 cluster IP is not an IPv6 Service's.
 	s.client.want(t, "tcp", clusterIP+":80", "err ENETUNREACH")
+}
+
+// TestSocketLoadBalancingFollowsTheView drives the backend with the views
+// the brain computes from Kubernetes objects (local/backendtest): the
+// endpoints sockets reach are the view's sets, through readiness,
+// terminating fallback and the internal traffic policy.
+func TestSocketLoadBalancingFollowsTheView(t *testing.T) {
+	s := newSocketLab(t)
+	c := backendtest.NewCluster("node-1")
+	apply := func(policy string, eps ...string) {
+		t.Helper()
+		c.Apply(t, []byte(fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata: {namespace: default, name: web}
+spec:
+  clusterIP: %s
+  clusterIPs: [%s]
+  internalTrafficPolicy: %s
+  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  namespace: default
+  name: web-abcde
+  labels: {kubernetes.io/service-name: web}
+addressType: IPv4
+ports: [{name: http, protocol: TCP, port: 8080}]
+endpoints: [%s]
+`, clusterIP, clusterIP, policy, strings.Join(eps, ", "))))
+		st, ch := c.Next(t)
+		if err := s.b.Sync(context.Background(), st, ch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// endpoint: an address, its node and its conditions.
+	endpoint := func(ip, node string, ready, serving, terminating bool) string {
+		return fmt.Sprintf("{addresses: [%s], nodeName: %s, conditions: {ready: %v, serving: %v, terminating: %v}}", ip, node, ready, serving, terminating)
+	}
+	vip := clusterIP + ":80"
+	only := func(ep string) {
+		t.Helper()
+		for range 10 {
+			s.client.want(t, "tcp", vip, "ok "+ep+":8080 peer="+vip)
+		}
+	}
+
+	apply("Cluster", endpoint(ep1, "node-2", true, true, false), endpoint(ep2, "node-1", false, false, false))
+	only(ep1) // the endpoint that is not ready is not used
+	apply("Cluster", endpoint(ep1, "node-2", false, true, true), endpoint(ep2, "node-1", false, false, true))
+	only(ep1) // none ready: the serving terminating one
+	apply("Cluster", endpoint(ep1, "node-2", false, false, true), endpoint(ep2, "node-1", true, true, false))
+	only(ep2)
+	apply("Local", endpoint(ep1, "node-2", true, true, false))
+	s.client.want(t, "tcp", vip, "err ETIMEDOUT") // none on this node: kube-proxy drops
+	apply("Local", endpoint(ep1, "node-2", true, true, false), endpoint(ep2, "node-1", true, true, false))
+	only(ep2) // the local one
+	apply("Cluster")
+	s.client.want(t, "tcp", vip, "err ECONNREFUSED")
 }
