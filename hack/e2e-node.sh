@@ -844,10 +844,11 @@ run_e2e() {
 # per configuration, replaced by its next run) and rewrites the table in
 # docs/conformance.md from all of them.
 record_result() {
-	local label="${proxy} ${backend}" file suite
+	local label="${proxy} ${backend}" file
 	((split == 0)) || label+=" split"
-	# The suite: the focus's first word after "[sig-network] " (Services,
-	# Conntrack, ...); a run of another focus is kept beside, not over, it.
+	# The suite (--suite, the global): by default the focus's first word
+	# after "[sig-network] " (Services, Conntrack, ...); a run of another
+	# focus is kept beside, not over, it.
 	[[ -n ${suite} ]] || suite="$(sed -E 's/^\\\[sig-network\\\] //; s/[^A-Za-z0-9].*//' <<<"${focus}")"
 	[[ -n ${suite} ]] || suite=custom
 	file="${proxy}-${backend}"
