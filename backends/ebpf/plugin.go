@@ -53,6 +53,7 @@ func DefaultConfig() Config {
 type Plugin struct {
 	Config Config
 	set    bool
+	objs   *Objects // the last Open's
 }
 
 // BindFlags implements backend.Plugin.
@@ -95,6 +96,7 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, ba
 		o.Close()
 		return nil, backend.Options{}, err
 	}
+	p.objs = o
 	go func() {
 		<-ctx.Done()
 		o.Close() // the pins keep the maps and links

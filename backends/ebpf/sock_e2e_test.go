@@ -93,6 +93,21 @@ func dial(kind, addr string) string {
 			seen[string(buf[:n])] = true
 		}
 		return fmt.Sprintf("ok %d endpoints", len(seen))
+	case "connects": // "connects N ADDR": N connections, mean time of one
+		var n int
+		if _, err := fmt.Sscanf(addr, "%d %s", &n, &addr); err != nil {
+			return "err " + err.Error()
+		}
+		start := time.Now()
+		for range n {
+			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				return "err " + errName(err)
+			}
+			c.(*net.TCPConn).SetLinger(0) // no TIME_WAIT: ports stay free
+			c.Close()
+		}
+		return fmt.Sprintf("ok %d", time.Since(start).Nanoseconds()/int64(n))
 	case "udp":
 		c, err := net.ListenUDP("udp", nil)
 		if err != nil {
@@ -595,6 +610,8 @@ type socketLab struct {
 	t      *testing.T
 	client *client
 	b      backend.Backend
+	objs   *sockMaps
+	progs  *sockPrograms
 	st     *backend.State
 	first  bool
 }
@@ -616,7 +633,7 @@ func newSocketLab(t *testing.T) *socketLab {
 	if err != nil {
 		t.Fatalf("%+v", err)
 	}
-	return &socketLab{t: t, client: startClient(t, l, cgroup), b: b, st: backend.NewState("node-1"), first: true}
+	return &socketLab{t: t, client: startClient(t, l, cgroup), b: b, objs: &p.objs.objs.sockMaps, progs: &p.objs.objs.sockPrograms, st: backend.NewState("node-1"), first: true}
 }
 
 func (s *socketLab) set(ses ...*localv1.ServiceEndpoints) {

@@ -79,7 +79,7 @@ struct member_key {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 262144);
+	__uint(max_entries, 131072);
 	__type(key, struct svc_key);
 	__type(value, struct svc_val);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -88,7 +88,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1048576);
+	__uint(max_entries, 524288);
 	__type(key, struct slot_key);
 	__type(value, struct endpoint);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -99,7 +99,7 @@ struct {
 // endpoint is still in the Service's set.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1048576);
+	__uint(max_entries, 131072);
 	__type(key, struct member_key);
 	__type(value, __u32);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
