@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/cilium/ebpf"
@@ -35,7 +36,9 @@ var hooks = []hook{
 
 // Objects are the loaded programs and the pinned maps.
 type Objects struct {
-	objs sockObjects
+	objs      sockObjects
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Load loads the programs into the kernel (the verifier checks them here)
@@ -72,8 +75,12 @@ func Load(pinDir string) (*Objects, error) {
 	return o, nil
 }
 
-// Close releases the process's handles; pinned maps and links stay.
-func (o *Objects) Close() error { return o.objs.Close() }
+// Close releases the process's handles; pinned maps and links stay. It
+// may be called more than once, from any goroutine.
+func (o *Objects) Close() error {
+	o.closeOnce.Do(func() { o.closeErr = o.objs.Close() })
+	return o.closeErr
+}
 
 // Maps returns the Maps the dataplane writes.
 func (o *Objects) Maps() Maps { return newKernelMaps(&o.objs.sockMaps) }

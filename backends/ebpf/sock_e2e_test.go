@@ -42,9 +42,43 @@ func TestMain(m *testing.M) {
 // "err <errno name>".
 func clientMain() {
 	sc := bufio.NewScanner(os.Stdin)
+	var stop chan chan string
 	for sc.Scan() {
 		kind, addr, _ := strings.Cut(sc.Text(), " ")
-		fmt.Println(dial(kind, addr))
+		switch kind {
+		case "probe": // connect to addr in a loop until "stop"
+			stop = make(chan chan string)
+			go probe(addr, stop)
+			fmt.Println("ok probing")
+		case "stop":
+			res := make(chan string)
+			stop <- res
+			fmt.Println(<-res)
+		default:
+			fmt.Println(dial(kind, addr))
+		}
+	}
+}
+
+// probe connects to addr and reads the server's line, over and over,
+// until asked for its tally: "ok <probes> <failed> [first failure]".
+func probe(addr string, stop chan chan string) {
+	var n, failed int
+	var first string
+	for {
+		select {
+		case res := <-stop:
+			res <- strings.TrimSpace(fmt.Sprintf("ok %d %d %s", n, failed, first))
+			return
+		default:
+		}
+		n++
+		if out := dial("tcp", addr); !strings.HasPrefix(out, "ok ") {
+			failed++
+			if first == "" {
+				first = out
+			}
+		}
 	}
 }
 
@@ -171,7 +205,10 @@ func testCgroup(t *testing.T) string {
 	t.Helper()
 	root, err := CgroupV2Root()
 	if err != nil {
-		root = t.TempDir()
+		if root, err = os.MkdirTemp("", leftoverName(t, "cgroot")); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Remove(root) })
 		if err := unix.Mount("none", root, "cgroup2", 0, ""); err != nil {
 			t.Fatalf("mounting a cgroup v2 hierarchy: %v", err)
 		}
@@ -181,23 +218,14 @@ func testCgroup(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := os.MkdirTemp(root, "kpng-ebpf-test-")
+	sweepLeftovers(t, root)
+	dir, err := os.MkdirTemp(root, leftoverName(t, "cg"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		// The cgroup goes once its processes are reaped; the kernel
-		// updates "populated" as they exit, so wait on that.
-		for i := 0; ; i++ {
-			err := unix.Rmdir(dir)
-			if err == nil || errors.Is(err, os.ErrNotExist) {
-				return
-			}
-			if !errors.Is(err, unix.EBUSY) || i == 1000 {
-				t.Errorf("removing cgroup %s: %v", dir, err)
-				return
-			}
-			waitUnpopulated(t, dir)
+		if err := removeCgroup(dir); err != nil {
+			t.Errorf("removing cgroup %s: %v", dir, err)
 		}
 	})
 	id, err := CgroupID(dir)
@@ -210,8 +238,23 @@ func testCgroup(t *testing.T) string {
 	return dir
 }
 
+// removeCgroup removes a cgroup once its processes are reaped: the kernel
+// updates "populated" as they exit, so it waits on that.
+func removeCgroup(dir string) error {
+	for i := 0; ; i++ {
+		err := unix.Rmdir(dir)
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) || i == 100 {
+			return err
+		}
+		waitUnpopulated(dir)
+	}
+}
+
 // waitUnpopulated waits for cgroup.events to say "populated 0".
-func waitUnpopulated(t *testing.T, dir string) {
+func waitUnpopulated(dir string) {
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
 	if err != nil {
 		return
@@ -233,7 +276,11 @@ func waitUnpopulated(t *testing.T, dir string) {
 // pins made there are nobody else's) and returns a pin folder in it.
 func testBPFFS(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
+	dir, err := os.MkdirTemp("", leftoverName(t, "bpffs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
 	if err := unix.Mount("bpf", dir, "bpf", 0, ""); err != nil {
 		t.Fatalf("mounting a BPF filesystem: %v", err)
 	}
@@ -608,6 +655,10 @@ func TestEndpointChangeCost(t *testing.T) {
 // in its cgroup.
 type socketLab struct {
 	t      *testing.T
+	pins   string
+	cgroup string
+	cancel context.CancelFunc // the running Plugin's
+	plugin *Plugin
 	client *client
 	b      backend.Backend
 	objs   *sockMaps
@@ -626,14 +677,32 @@ func newSocketLab(t *testing.T) *socketLab {
 			t.Errorf("removing the pins: %v", err)
 		}
 	})
+	s := &socketLab{t: t, pins: pins, cgroup: cgroup, client: startClient(t, l, cgroup)}
+	s.open()
+	return s
+}
+
+// open runs a new Plugin on the lab's pins and cgroup, as a new run of
+// kpng would: its first sync is a reset.
+func (s *socketLab) open() {
+	s.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	p := &Plugin{Config: Config{PinPath: pins, CgroupPath: cgroup}, set: true}
+	s.t.Cleanup(cancel)
+	p := &Plugin{Config: Config{PinPath: s.pins, CgroupPath: s.cgroup}, set: true}
 	b, _, err := p.Open(ctx, backend.Env{NodeName: "node-1"})
 	if err != nil {
-		t.Fatalf("%+v", err)
+		s.t.Fatalf("%+v", err)
 	}
-	return &socketLab{t: t, client: startClient(t, l, cgroup), b: b, objs: &p.objs.objs.sockMaps, progs: &p.objs.objs.sockPrograms, st: backend.NewState("node-1"), first: true}
+	s.cancel, s.plugin, s.b = cancel, p, b
+	s.objs, s.progs = &p.objs.objs.sockMaps, &p.objs.objs.sockPrograms
+	s.st, s.first = backend.NewState("node-1"), true
+}
+
+// stop ends the running Plugin as the end of kpng's process would: every
+// handle it held is closed, only the pins remain.
+func (s *socketLab) stop() {
+	s.cancel()
+	s.plugin.objs.Close()
 }
 
 func (s *socketLab) set(ses ...*localv1.ServiceEndpoints) {
@@ -781,4 +850,31 @@ endpoints: [%s]
 	only(ep2) // the local one
 	apply("Cluster")
 	s.client.want(t, "tcp", vip, "err ECONNREFUSED")
+}
+
+// TestRestartDropsNoConnection: a client connects to a Service over and
+// over while kpng stops, a new kpng starts (loads the programs again,
+// updates the pinned links, reconciles the pinned maps with a view whose
+// endpoint changed) and syncs: not one connection fails.
+func TestRestartDropsNoConnection(t *testing.T) {
+	s := newSocketLab(t)
+	vip := clusterIP + ":80"
+	s.set(webService(ep1))
+	s.client.want(t, "probe", vip, "ok probing")
+	s.client.want(t, "tcp", vip, "ok "+ep1+":8080 peer="+vip)
+	s.stop()
+	s.client.want(t, "tcp", vip, "ok "+ep1+":8080 peer="+vip) // no kpng running
+	s.open()
+	s.client.want(t, "tcp", vip, "ok "+ep1+":8080 peer="+vip) // before the first sync
+	s.set(webService(ep2))
+	s.client.want(t, "tcp", vip, "ok "+ep2+":8080 peer="+vip)
+	out := s.client.dial(t, "stop", "")
+	var n, failed int
+	if _, err := fmt.Sscanf(out, "ok %d %d", &n, &failed); err != nil {
+		t.Fatalf("probe: %q", out)
+	}
+	t.Logf("%d connections during the restart, %d failed", n, failed)
+	if failed > 0 || n == 0 {
+		t.Errorf("probes across the restart: %s", out)
+	}
 }
