@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -127,6 +128,30 @@ func dial(kind, addr string) string {
 			seen[string(buf[:n])] = true
 		}
 		return fmt.Sprintf("ok %d endpoints", len(seen))
+	case "tcp6mapped": // an IPv6 socket dialling an IPv4 address, as dual-stack programs do
+		ap, err := netip.ParseAddrPort(addr)
+		if err != nil {
+			return "err " + err.Error()
+		}
+		fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return "err " + errName(err)
+		}
+		f := os.NewFile(uintptr(fd), "tcp6")
+		defer f.Close()
+		if err := unix.Connect(fd, &unix.SockaddrInet6{Addr: netip.AddrFrom16(ap.Addr().As16()).As16(), Port: int(ap.Port())}); err != nil {
+			return "err " + errName(err)
+		}
+		n, err := f.Read(buf)
+		if err != nil {
+			return "err " + errName(err)
+		}
+		sa, err := unix.Getpeername(fd)
+		if err != nil {
+			return "err " + errName(err)
+		}
+		peer := sa.(*unix.SockaddrInet6)
+		return fmt.Sprintf("ok %s peer=%s", strings.TrimSpace(string(buf[:n])), netip.AddrPortFrom(netip.AddrFrom16(peer.Addr), uint16(peer.Port)))
 	case "connects": // "connects N ADDR": N connections, mean time of one
 		var n int
 		if _, err := fmt.Sscanf(addr, "%d %s", &n, &addr); err != nil {
@@ -515,6 +540,9 @@ func TestSocketLoadBalancing(t *testing.T) {
 	c.want(t, "tcp", ext, "ok "+ep1+":8080 peer="+ext)
 	c.want(t, "udp", vipUDP, "ok "+ep1+":5353 peer="+vipUDP)
 	c.want(t, "udpc", vipUDP, "ok "+ep1+":5353 peer="+vipUDP)
+	// A dual-stack socket (AF_INET6) dialling the IPv4 Service as
+	// ::ffff:a.b.c.d: the IPv6 programs find the IPv4 entries.
+	c.want(t, "tcp6mapped", vip, "ok "+ep1+":8080 peer=[::ffff:"+clusterIP+"]:80")
 	// kpng ebpf-maps: the table of what the kernel holds.
 	var table strings.Builder
 	if err := WriteTable(&table, pins); err != nil {
