@@ -130,6 +130,14 @@ func (f *FakeMaps) Dump() (map[Frontend]ServiceValue, map[uint32]KernelSet, erro
 	return maps.Clone(f.Services), sets, nil
 }
 
+// DumpServices implements Maps.
+func (f *FakeMaps) DumpServices() (map[Frontend]ServiceValue, error) {
+	if err := f.fail(); err != nil {
+		return nil, err
+	}
+	return maps.Clone(f.Services), nil
+}
+
 // Resolve returns the endpoints a socket dialling fe may reach now, as the
 // programs would find them, and whether the frontend exists.
 func (f *FakeMaps) Resolve(fe Frontend) ([]netip.AddrPort, bool) {

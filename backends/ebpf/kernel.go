@@ -162,47 +162,66 @@ func (k *kernelMaps) DeleteService(f Frontend) error {
 	return nil
 }
 
+// DumpServices implements Maps.
+func (k *kernelMaps) DumpServices() (map[Frontend]ServiceValue, error) {
+	svcs := map[Frontend]ServiceValue{}
+	err := batchDump(k.services, func(key sockSvcKey, v sockSvcVal) {
+		svcs[keyFrontend(key)] = valueService(v)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("services: %w", err)
+	}
+	return svcs, nil
+}
+
 // Dump implements Maps.
 func (k *kernelMaps) Dump() (map[Frontend]ServiceValue, map[uint32]KernelSet, error) {
-	svcs := map[Frontend]ServiceValue{}
-	var sk sockSvcKey
-	var sv sockSvcVal
-	it := k.services.Iterate()
-	for it.Next(&sk, &sv) {
-		svcs[keyFrontend(sk)] = valueService(sv)
-	}
-	if err := it.Err(); err != nil {
-		return nil, nil, fmt.Errorf("services: %w", err)
+	svcs, err := k.DumpServices()
+	if err != nil {
+		return nil, nil, err
 	}
 	sets := map[uint32]KernelSet{}
-	var slot sockSlotKey
-	var ep sockEndpoint
-	it = k.slots.Iterate()
-	for it.Next(&slot, &ep) {
+	err = batchDump(k.slots, func(slot sockSlotKey, ep sockEndpoint) {
 		s := sets[slot.Set]
 		for uint32(len(s.Endpoints)) <= slot.Slot {
 			s.Endpoints = append(s.Endpoints, netip.AddrPort{})
 		}
 		s.Endpoints[slot.Slot] = keyEndpoint(ep)
 		sets[slot.Set] = s
-	}
-	if err := it.Err(); err != nil {
+	})
+	if err != nil {
 		return nil, nil, fmt.Errorf("slots: %w", err)
 	}
-	var mk sockMemberKey
-	var idx uint32
-	it = k.members.Iterate()
-	for it.Next(&mk, &idx) {
+	err = batchDump(k.members, func(mk sockMemberKey, _ uint32) {
 		s := sets[mk.Set]
 		s.Members = true
 		// A member whose slot is gone is still deleted with its set.
-		if !slices.Contains(s.Endpoints, keyEndpoint(mk.Ep)) {
-			s.Endpoints = append(s.Endpoints, keyEndpoint(mk.Ep))
+		if ep := keyEndpoint(mk.Ep); !slices.Contains(s.Endpoints, ep) {
+			s.Endpoints = append(s.Endpoints, ep)
 		}
 		sets[mk.Set] = s
-	}
-	if err := it.Err(); err != nil {
+	})
+	if err != nil {
 		return nil, nil, fmt.Errorf("members: %w", err)
 	}
 	return svcs, sets, nil
+}
+
+// batchDump reads every entry of a hash map, thousands per system call.
+func batchDump[K, V any](m *ebpf.Map, each func(K, V)) error {
+	// A batch must hold a whole hash bucket; 4096 entries always do here.
+	keys, vals := make([]K, 4096), make([]V, 4096)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		for i := range n {
+			each(keys[i], vals[i])
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
