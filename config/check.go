@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -26,6 +27,14 @@ import (
 // cfg is never modified.
 func Check(cfg *KubeProxyConfiguration) (*KubeProxyConfiguration, field.ErrorList, error) {
 	return check(cfg, Validate)
+}
+
+// CheckModes is Check for a program that runs modes of its own beside
+// kube-proxy's (kpng's ebpf): each mode of extra is valid too.
+func CheckModes(cfg *KubeProxyConfiguration, extra ...ProxyMode) (*KubeProxyConfiguration, field.ErrorList, error) {
+	return check(cfg, func(c *KubeProxyConfiguration) field.ErrorList {
+		return validateFor(c, runtime.GOOS, extra)
+	})
 }
 
 func check(cfg *KubeProxyConfiguration, validate func(*KubeProxyConfiguration) field.ErrorList) (*KubeProxyConfiguration, field.ErrorList, error) {

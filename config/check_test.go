@@ -98,3 +98,19 @@ func TestCheck(t *testing.T) {
 		}
 	})
 }
+
+func TestCheckModes(t *testing.T) {
+	c := Default()
+	c.Mode = ProxyModeEBPF
+	if _, _, err := Check(c); err == nil || !strings.Contains(err.Error(), `mode: Unsupported value: "ebpf"`) {
+		t.Errorf("Check of mode ebpf: err = %v, want it refused as kube-proxy refuses it", err)
+	}
+	got, warnings, err := CheckModes(c, ProxyModeNFTables, ProxyModeEBPF)
+	if err != nil || len(warnings) != 0 || got.Mode != ProxyModeEBPF {
+		t.Errorf("CheckModes(ebpf) = %v, %v, %v; want the mode accepted", got, warnings, err)
+	}
+	c.Mode = "bogus"
+	if _, _, err := CheckModes(c, ProxyModeEBPF); err == nil || !strings.Contains(err.Error(), `"ebpf"`) {
+		t.Errorf("CheckModes of an unknown mode: err = %v, want it refused, naming ebpf among the valid ones", err)
+	}
+}

@@ -176,6 +176,10 @@ const (
 	ProxyModeIPVS        ProxyMode = "ipvs"
 	ProxyModeNFTables    ProxyMode = "nftables"
 	ProxyModeKernelspace ProxyMode = "kernelspace"
+
+	// ProxyModeEBPF is kpng's own mode, not kube-proxy's: its eBPF
+	// backend. It is valid where the program runs it (CheckModes).
+	ProxyModeEBPF ProxyMode = "ebpf"
 )
 
 // LocalMode names a way to detect local traffic.

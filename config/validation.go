@@ -32,6 +32,11 @@ func Validate(cfg *KubeProxyConfiguration) field.ErrorList {
 // nftables.masqueradeBit only in nftables mode, so a file that kube-proxy
 // accepts is accepted here too. The fields v1alpha2 adds are always checked.
 func ValidateFor(cfg *KubeProxyConfiguration, goos string) field.ErrorList {
+	return validateFor(cfg, goos, nil)
+}
+
+// validateFor is ValidateFor in which each mode of extra is valid too.
+func validateFor(cfg *KubeProxyConfiguration, goos string, extra []ProxyMode) field.ErrorList {
 	var errs field.ErrorList
 	if cfg == nil {
 		return field.ErrorList{field.Required(field.NewPath(""), "configuration is missing")}
@@ -47,7 +52,7 @@ func ValidateFor(cfg *KubeProxyConfiguration, goos string) field.ErrorList {
 		errs = append(errs, validateMasqueradeBit(cfg.NFTables.MasqueradeBit, field.NewPath("nftables", "masqueradeBit"))...)
 	}
 	errs = append(errs, validateLinux(&cfg.Linux, field.NewPath("linux"))...)
-	errs = append(errs, validateMode(cfg.Mode, goos, field.NewPath("mode"))...)
+	errs = append(errs, validateMode(cfg.Mode, goos, extra, field.NewPath("mode"))...)
 
 	if cfg.ClientConnection.Burst < 0 {
 		errs = append(errs, field.Invalid(field.NewPath("clientConnection", "burst"), cfg.ClientConnection.Burst, "must be greater than or equal to 0"))
@@ -140,10 +145,15 @@ func validateLinux(c *LinuxConfiguration, path *field.Path) field.ErrorList {
 	return errs
 }
 
-func validateMode(mode ProxyMode, goos string, path *field.Path) field.ErrorList {
+func validateMode(mode ProxyMode, goos string, extra []ProxyMode, path *field.Path) field.ErrorList {
 	valid := []string{string(ProxyModeIPTables), string(ProxyModeIPVS), string(ProxyModeNFTables)}
 	if goos == "windows" {
 		valid = []string{string(ProxyModeKernelspace)}
+	}
+	for _, m := range extra {
+		if !slices.Contains(valid, string(m)) {
+			valid = append(valid, string(m))
+		}
 	}
 	if mode == "" || slices.Contains(valid, string(mode)) {
 		return nil

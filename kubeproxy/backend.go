@@ -12,6 +12,17 @@ import (
 	"github.com/kpng/kpng/config"
 )
 
+// modes returns the modes of p.Backends, sorted: the configuration's mode
+// may name any of them, kube-proxy's or the program's own (kpng's ebpf).
+func (p *Proxy) modes() []config.ProxyMode {
+	var modes []config.ProxyMode
+	for m := range p.Backends {
+		modes = append(modes, m)
+	}
+	slices.Sort(modes)
+	return modes
+}
+
 // backendFor returns the backend that runs mode. An empty mode is
 // kube-proxy's Linux default, iptables.
 func (p *Proxy) backendFor(mode config.ProxyMode) (backend.Registration, error) {

@@ -11,7 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	cliflag "k8s.io/component-base/cli/flag"
 
+	"github.com/kpng/kpng/backend"
 	"github.com/kpng/kpng/brain"
+	"github.com/kpng/kpng/config"
 )
 
 // kubeProxyFlag is a flag of kube-proxy, as hack/kubeproxyref writes them
@@ -99,7 +101,8 @@ func proxyArgs(t *testing.T, args ...string) (*cfg, []string, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, err
 	}
-	return resolveConfig(fs, flags, testProxy(proxyDeps{}, nil).backendFor)
+	p := testProxy(proxyDeps{}, nil)
+	return resolveConfig(fs, flags, p.backendFor, p.modes())
 }
 
 // TestNoKubeProxyFlagIsSilentlyIgnored gives each of kube-proxy's flags
@@ -359,5 +362,29 @@ func TestFeatureGatesDecideTheBrain(t *testing.T) {
 	}
 	if locked[gateExternalIPs] {
 		t.Errorf("%s is locked now: ExternalIPsDisabled can go", gateExternalIPs)
+	}
+}
+
+// A mode of the program's own (kpng's ebpf) is valid where a backend runs
+// it, and refused, as kube-proxy refuses it, where none does.
+func TestOwnModes(t *testing.T) {
+	resolve := func(p *Proxy, args ...string) (*cfg, error) {
+		fs := pflag.NewFlagSet("proxy", pflag.ContinueOnError)
+		flags := AddFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		c, _, err := resolveConfig(fs, flags, p.backendFor, p.modes())
+		return c, err
+	}
+	backends := kpngBackends()
+	backends[config.ProxyModeEBPF] = backend.Registration{Name: "ebpf", New: func() backend.Plugin { return newFakePlugin() }}
+	c, err := resolve(testProxy(proxyDeps{}, backends), "--proxy-mode=ebpf")
+	if err != nil || c.Mode != config.ProxyModeEBPF {
+		t.Errorf("with an ebpf backend: mode %v, err %v; want ebpf", c, err)
+	}
+	c, err = resolve(testProxy(proxyDeps{}, nil), "--proxy-mode=ebpf")
+	if err == nil && c.Mode == config.ProxyModeEBPF {
+		t.Errorf("without an ebpf backend, mode ebpf was accepted")
 	}
 }

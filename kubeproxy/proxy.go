@@ -85,7 +85,7 @@ func (p *Proxy) registrations() []backend.Registration {
 // validates the result and honours configHardFail. When neither the file
 // nor a flag sets minSyncPeriod, the backend of the mode (found by
 // backendFor) gives it (see backendMinSyncPeriod). Warnings are for the log.
-func resolveConfig(fs *pflag.FlagSet, flags *Flags, backendFor func(config.ProxyMode) (backend.Registration, error)) (*config.KubeProxyConfiguration, []string, error) {
+func resolveConfig(fs *pflag.FlagSet, flags *Flags, backendFor func(config.ProxyMode) (backend.Registration, error), ownModes []config.ProxyMode) (*config.KubeProxyConfiguration, []string, error) {
 	// Without a file, kube-proxy's own (v1alpha1) defaults, as kube-proxy.
 	c, err := config.DefaultV1Alpha1()
 	if err != nil {
@@ -127,7 +127,7 @@ func resolveConfig(fs *pflag.FlagSet, flags *Flags, backendFor func(config.Proxy
 	}
 	warnings = append(warnings, flags.deprecatedPorts(fs, c)...)
 	warnings = append(warnings, unusedFlags(fs, applied)...)
-	checked, invalid, err := config.Check(c)
+	checked, invalid, err := config.CheckModes(c, ownModes...)
 	if err != nil {
 		if flags.configFile != "" {
 			err = fmt.Errorf("%s: %w", flags.configFile, err)
@@ -212,7 +212,7 @@ func HostName() string {
 func (p *Proxy) Run(ctx context.Context, fs *pflag.FlagSet, flags *Flags) error {
 	deps := p.dependencies()
 	logger := klog.FromContext(ctx)
-	c, warnings, err := resolveConfig(fs, flags, p.backendFor)
+	c, warnings, err := resolveConfig(fs, flags, p.backendFor, p.modes())
 	if err != nil {
 		return err
 	}
