@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,9 +35,23 @@ var hooks = []hook{
 	{"getpeername6", ebpf.AttachCgroupInet6GetPeername, func(p *sockPrograms) *ebpf.Program { return p.KpngGetpeername6 }},
 }
 
+// tcHook is one tc program and where it attaches on an interface.
+type tcHook struct {
+	dir    string // the link's pin: link_tcx_<dir>_<interface>
+	attach ebpf.AttachType
+	prog   func(*nodeportPrograms) *ebpf.Program
+}
+
+// tcHooks are every program of bpf/nodeport.c.
+var tcHooks = []tcHook{
+	{"in", ebpf.AttachTCXIngress, func(p *nodeportPrograms) *ebpf.Program { return p.KpngNodeportIn }},
+	{"out", ebpf.AttachTCXEgress, func(p *nodeportPrograms) *ebpf.Program { return p.KpngNodeportOut }},
+}
+
 // Objects are the loaded programs and the pinned maps.
 type Objects struct {
 	objs      sockObjects
+	np        nodeportObjects
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -72,13 +87,34 @@ func Load(pinDir string) (*Objects, error) {
 		}
 		return nil, fmt.Errorf("loading the socket programs: %w", err)
 	}
+	// The node-port programs read the socket programs' frontends and sets:
+	// the same maps, not copies.
+	npSpec, err := loadNodeport()
+	if err != nil {
+		o.objs.Close()
+		return nil, err
+	}
+	if pinDir == "" {
+		for _, m := range npSpec.Maps {
+			m.Pinning = ebpf.PinNone
+		}
+	}
+	npOpts := *opts
+	npOpts.MapReplacements = map[string]*ebpf.Map{"kpng_services": o.objs.KpngServices, "kpng_slots": o.objs.KpngSlots}
+	if err := npSpec.LoadAndAssign(&o.np, &npOpts); err != nil {
+		o.objs.Close()
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return nil, fmt.Errorf("loading the node-port programs: a map pinned under %s is of an older layout (run with --cleanup first): %w", pinDir, err)
+		}
+		return nil, fmt.Errorf("loading the node-port programs: %w", err)
+	}
 	return o, nil
 }
 
 // Close releases the process's handles; pinned maps and links stay. It
 // may be called more than once, from any goroutine.
 func (o *Objects) Close() error {
-	o.closeOnce.Do(func() { o.closeErr = o.objs.Close() })
+	o.closeOnce.Do(func() { o.closeErr = errors.Join(o.np.Close(), o.objs.Close()) })
 	return o.closeErr
 }
 
@@ -131,29 +167,126 @@ func (o *Objects) Attach(cgroupPath, pinDir string) error {
 	return nil
 }
 
-// Remove detaches the programs pinned under pinDir and deletes every pin
-// there (links and maps), then the folder. Nothing there is not an error.
+// AttachInterfaces attaches the node-port programs to the named interfaces
+// (tcx ingress and egress; the names are resolved in the calling thread's
+// network namespace) as bpf_links pinned under pinDir. A link pinned by an
+// earlier run on the same interface is updated in place; links pinned for
+// interfaces no longer named are detached.
+func (o *Objects) AttachInterfaces(names []string, pinDir string) error {
+	want := map[string]bool{}
+	for _, name := range names {
+		ifc, err := net.InterfaceByName(name)
+		if err != nil {
+			return fmt.Errorf("interface %s: %w", name, err)
+		}
+		for _, h := range tcHooks {
+			prog := h.prog(&o.np.nodeportPrograms)
+			pin := filepath.Join(pinDir, "link_tcx_"+h.dir+"_"+name)
+			want[pin] = true
+			if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+				info, ierr := l.Info()
+				if ierr == nil && info.TCX() != nil && info.TCX().Ifindex == uint32(ifc.Index) {
+					err := l.Update(prog)
+					l.Close()
+					if err != nil {
+						return fmt.Errorf("updating the %s link of %s: %w", h.dir, name, err)
+					}
+					continue
+				}
+				// The interface was created again since: the old link is
+				// defunct or on another interface; its pin is its last
+				// reference.
+				err := l.Unpin()
+				l.Close()
+				if err != nil {
+					return fmt.Errorf("unpinning the old %s link of %s: %w", h.dir, name, err)
+				}
+			} else if !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("opening the pinned %s link of %s: %w", h.dir, name, err)
+			}
+			l, err := link.AttachTCX(link.TCXOptions{Interface: ifc.Index, Program: prog, Attach: h.attach})
+			if err != nil {
+				return fmt.Errorf("attaching the %s program to %s: %w", h.dir, name, err)
+			}
+			err = l.Pin(pin)
+			l.Close()
+			if err != nil {
+				return fmt.Errorf("pinning the %s link of %s: %w", h.dir, name, err)
+			}
+		}
+	}
+	pinned, err := filepath.Glob(filepath.Join(pinDir, "link_tcx_*"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, pin := range pinned {
+		if !want[pin] {
+			errs = append(errs, unpinLink(pin))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unpinLink removes a link's pin, which detaches it (the pin is its last
+// reference once kpng's handles are closed).
+func unpinLink(pin string) error {
+	l, err := link.LoadPinnedLink(pin, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("opening the pinned link %s: %w", pin, err)
+	}
+	defer l.Close()
+	if err := l.Unpin(); err != nil {
+		return fmt.Errorf("unpinning %s: %w", pin, err)
+	}
+	return nil
+}
+
+// Remove detaches the programs pinned under pinDir (the cgroup and the tc
+// ones) and deletes every pin there (links and maps), then the folder.
+// Nothing there is not an error.
 func Remove(pinDir string) error {
 	var errs []error
-	for _, h := range hooks {
-		pin := filepath.Join(pinDir, "link_"+h.name)
-		l, err := link.LoadPinnedLink(pin, nil)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("opening the pinned %s link: %w", h.name, err))
-			continue
-		}
-		if err := l.Unpin(); err != nil {
-			errs = append(errs, err)
-		}
-		l.Close()
+	pins, err := filepath.Glob(filepath.Join(pinDir, "link_*"))
+	if err != nil {
+		return err
+	}
+	for _, pin := range pins {
+		errs = append(errs, unpinLink(pin))
 	}
 	if err := os.RemoveAll(pinDir); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// NodeInterfaces returns the interfaces that hold the node's addresses:
+// those that are up and have a global unicast address (loopback excluded).
+func NodeInterfaces() ([]string, error) {
+	ifcs, err := net.Interfaces()
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, ifc := range ifcs {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			return nil, fmt.Errorf("interface %s: %w", ifc.Name, err)
+		}
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.IsGlobalUnicast() {
+				names = append(names, ifc.Name)
+				break
+			}
+		}
+	}
+	return names, nil
 }
 
 // CgroupID returns the id of the cgroup v2 at path (its inode), failing

@@ -24,6 +24,9 @@ type ServiceValue struct {
 	// keys the affinity map (one per Service port, stable across changes).
 	AffinitySec uint32
 	AffinityID  uint32
+	// Masquerade: an outside frontend's packets are masqueraded to the
+	// node's address (externalTrafficPolicy Cluster).
+	Masquerade bool
 }
 
 // KernelSet is a backend set found in the kernel: its endpoints by slot
@@ -259,7 +262,7 @@ func (d *Dataplane) apply(k backend.ServiceKey, r *Rendered) error {
 			continue
 		}
 		ls := d.sets[rt.Set]
-		v := ServiceValue{Set: ls.id, Count: uint32(len(ls.set.Endpoints)), Drop: ls.set.Drop}
+		v := ServiceValue{Set: ls.id, Count: uint32(len(ls.set.Endpoints)), Drop: ls.set.Drop, Masquerade: rt.Masquerade}
 		if rt.AffinitySec > 0 {
 			v.AffinitySec, v.AffinityID = rt.AffinitySec, d.affinityID(rt.AffinityKey)
 		}
@@ -352,7 +355,16 @@ func sortedFrontends[V any](m map[Frontend]V) []Frontend {
 		if a.Port != b.Port {
 			return int(a.Port) - int(b.Port)
 		}
-		return int(a.Proto) - int(b.Proto)
+		if a.Proto != b.Proto {
+			return int(a.Proto) - int(b.Proto)
+		}
+		switch {
+		case a.Outside == b.Outside:
+			return 0
+		case b.Outside:
+			return -1
+		}
+		return 1
 	})
 }
 

@@ -30,7 +30,7 @@ func svc(name, clusterIP string, eps ...string) *localv1.ServiceEndpoints {
 
 func fe(s string, proto uint8) Frontend {
 	ap := netip.MustParseAddrPort(s)
-	return Frontend{ap.Addr(), ap.Port(), proto}
+	return Frontend{Addr: ap.Addr(), Port: ap.Port(), Proto: proto}
 }
 
 func aps(ss ...string) []netip.AddrPort {
@@ -274,8 +274,13 @@ func TestNodeChangeMovesNodePorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.wantEndpoints(fe("192.168.0.2:30080", protoTCP), "10.0.1.1:8080")
-	if _, ok := h.fake.Services[fe("192.168.0.1:30080", protoTCP)]; ok {
-		t.Error("the old node address still has the node port")
+	out := fe("192.168.0.2:30080", protoTCP)
+	out.Outside = true
+	h.wantEndpoints(out, "10.0.1.1:8080")
+	for f := range h.fake.Services {
+		if f.Addr == netip.MustParseAddr("192.168.0.1") {
+			t.Errorf("the old node address still has the node port: %s", f)
+		}
 	}
 }
 
@@ -287,7 +292,7 @@ func TestFrontendClaimedTwiceKeepsTheFirst(t *testing.T) {
 	b.Service.ExternalIps = []string{"203.0.113.1"}
 	h.mustSync([]*localv1.ServiceEndpoints{a, b})
 	h.wantEndpoints(fe("203.0.113.1:80", protoTCP), "10.0.1.1:8080")
-	if len(h.d.Conflicts) != 1 {
+	if len(h.d.Conflicts) != 2 { // for the node's sockets, and from outside
 		t.Errorf("conflicts: %v", h.d.Conflicts)
 	}
 	h.mustSync(nil, "b")

@@ -56,26 +56,43 @@ func keyEndpoint(e sockEndpoint) netip.AddrPort {
 	return netip.AddrPortFrom(keyAddr(e.Addr), portKey(e.Port))
 }
 
+// svc_key.scope in bpf/maps.h.
+const (
+	scopeNode    = 0
+	scopeOutside = 1
+)
+
 func frontendKey(f Frontend) sockSvcKey {
-	return sockSvcKey{Addr: addrKey(f.Addr), Port: portKey(f.Port), Proto: f.Proto}
+	k := sockSvcKey{Addr: addrKey(f.Addr), Port: portKey(f.Port), Proto: f.Proto, Scope: scopeNode}
+	if f.Outside {
+		k.Scope = scopeOutside
+	}
+	return k
 }
 
 func keyFrontend(k sockSvcKey) Frontend {
-	return Frontend{Addr: keyAddr(k.Addr), Port: portKey(k.Port), Proto: k.Proto}
+	return Frontend{Addr: keyAddr(k.Addr), Port: portKey(k.Port), Proto: k.Proto, Outside: k.Scope == scopeOutside}
 }
 
-const svcFlagDrop = 1 // SVC_F_DROP in bpf/sock.c
+// svc_val.flags in bpf/maps.h.
+const (
+	svcFlagDrop = 1 // SVC_F_DROP
+	svcFlagMasq = 2 // SVC_F_MASQ
+)
 
 func serviceValue(v ServiceValue) sockSvcVal {
 	out := sockSvcVal{Set: v.Set, Count: v.Count, AffinitySec: v.AffinitySec, AffinityId: v.AffinityID}
 	if v.Drop {
 		out.Flags |= svcFlagDrop
 	}
+	if v.Masquerade {
+		out.Flags |= svcFlagMasq
+	}
 	return out
 }
 
 func valueService(v sockSvcVal) ServiceValue {
-	return ServiceValue{Set: v.Set, Count: v.Count, AffinitySec: v.AffinitySec, AffinityID: v.AffinityId, Drop: v.Flags&svcFlagDrop != 0}
+	return ServiceValue{Set: v.Set, Count: v.Count, AffinitySec: v.AffinitySec, AffinityID: v.AffinityId, Drop: v.Flags&svcFlagDrop != 0, Masquerade: v.Flags&svcFlagMasq != 0}
 }
 
 // PutSet implements Maps, with one batch update per map.

@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/kpng/kpng/internal/netnstest"
 )
 
-// TestVerifierLoadsEveryProgram loads every socket program into this
+// TestVerifierLoadsEveryProgram loads every program (socket and node-port) into this
 // kernel: the verifier accepts them, or the test says which and why.
 func TestVerifierLoadsEveryProgram(t *testing.T) {
 	netnstest.RequireRoot(t)
@@ -26,14 +28,28 @@ func TestVerifierLoadsEveryProgram(t *testing.T) {
 		t.Fatalf("%+v", err) // the verifier's log, with %+v
 	}
 	defer o.Close()
-	t.Logf("loaded %d programs and %d maps in %v", len(hooks), len(spec.Maps), time.Since(start).Round(time.Microsecond))
+	t.Logf("loaded %d socket and %d node-port programs with their maps in %v", len(hooks), len(tcHooks), time.Since(start).Round(time.Microsecond))
 	for _, h := range hooks {
-		p := h.prog(&o.objs.sockPrograms)
-		info, err := p.Info()
-		if err != nil {
-			t.Fatal(err)
-		}
-		insns, _ := info.VerifiedInstructions()
-		t.Logf("%s: %s, %d verified instructions", h.name, p.Type(), insns)
+		logVerified(t, h.name, h.prog(&o.objs.sockPrograms))
 	}
+	npSpec, err := loadNodeport()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(npSpec.Programs) != len(tcHooks) {
+		t.Errorf("bpf/nodeport.c has %d programs, tcHooks lists %d", len(npSpec.Programs), len(tcHooks))
+	}
+	for _, h := range tcHooks {
+		logVerified(t, "nodeport_"+h.dir, h.prog(&o.np.nodeportPrograms))
+	}
+}
+
+func logVerified(t *testing.T, name string, p *ebpf.Program) {
+	t.Helper()
+	info, err := p.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	insns, _ := info.VerifiedInstructions()
+	t.Logf("%s: %s, %d verified instructions", name, p.Type(), insns)
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -37,6 +38,11 @@ type Config struct {
 	// CgroupPath is the cgroup v2 the programs attach to; "" is the
 	// hierarchy's root, where every process of the node is seen.
 	CgroupPath string
+	// Interfaces are where the node-port programs attach (tcx), for
+	// traffic from outside the node: a comma-separated list of names,
+	// "auto" for the interfaces holding the node's addresses
+	// (NodeInterfaces), "" or "none" for none (socket programs only).
+	Interfaces string
 	// MinSyncPeriod and SyncPeriod drive backend.Run (kube-proxy's names).
 	MinSyncPeriod time.Duration
 	SyncPeriod    time.Duration
@@ -46,7 +52,7 @@ type Config struct {
 // writes a few map entries per changed Service (microseconds each), so
 // 10 ms is enough to batch a burst of changes without holding one back.
 func DefaultConfig() Config {
-	return Config{PinPath: DefaultPinPath, MinSyncPeriod: 10 * time.Millisecond, SyncPeriod: 30 * time.Second}
+	return Config{PinPath: DefaultPinPath, Interfaces: "auto", MinSyncPeriod: 10 * time.Millisecond, SyncPeriod: 30 * time.Second}
 }
 
 // Plugin is the to-ebpf command: its flags, then the backend.
@@ -62,6 +68,7 @@ func (p *Plugin) BindFlags(fs *flag.FlagSet) {
 	c := &p.Config
 	fs.StringVar(&c.PinPath, "ebpf-pin-path", c.PinPath, "folder on a BPF filesystem where the maps and links are pinned, so that a restart resumes from them")
 	fs.StringVar(&c.CgroupPath, "ebpf-cgroup-path", c.CgroupPath, "cgroup v2 whose sockets are balanced (default: the root of the cgroup v2 hierarchy, i.e. every process of the node)")
+	fs.StringVar(&c.Interfaces, "ebpf-interfaces", c.Interfaces, `interfaces where packets from outside the node reach NodePorts, external and load-balancer IPs (tcx programs), comma-separated; "auto": those holding the node's addresses; "none": no north-south`)
 	fs.DurationVar(&c.MinSyncPeriod, "min-sync-period", c.MinSyncPeriod, "least time from the end of a sync to the start of the next (changes arriving meanwhile are batched)")
 	fs.DurationVar(&c.SyncPeriod, "sync-period", c.SyncPeriod, "periodic sync: compare the services map with what was written, and repair it")
 }
@@ -74,7 +81,8 @@ func (p *Plugin) config() Config {
 }
 
 // Open implements backend.Plugin: it loads the programs with their pinned
-// maps and attaches them. The maps keep what an earlier run wrote until the
+// maps and attaches them: the socket programs to the cgroup, the node-port
+// programs to the interfaces (of the calling thread's network namespace). The maps keep what an earlier run wrote until the
 // first sync reconciles them with the view.
 func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, backend.Options, error) {
 	c := p.config()
@@ -96,18 +104,44 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, ba
 		o.Close()
 		return nil, backend.Options{}, err
 	}
+	ifaces, err := c.interfaces()
+	if err == nil {
+		err = o.AttachInterfaces(ifaces, c.PinPath)
+	}
+	if err != nil {
+		o.Close()
+		return nil, backend.Options{}, err
+	}
 	p.objs = o
 	go func() {
 		<-ctx.Done()
 		o.Close() // the pins keep the maps and links
 	}()
-	klog.FromContext(ctx).Info("Attached the socket programs", "cgroup", cg, "pinPath", c.PinPath)
+	klog.FromContext(ctx).Info("Attached the programs", "cgroup", cg, "interfaces", ifaces, "pinPath", c.PinPath)
 	d := NewDataplane(o.Maps())
 	return d, backend.Options{
 		MinSyncPeriod: c.MinSyncPeriod,
 		ResyncPeriod:  c.SyncPeriod,
 		LastSyncFull:  d.LastSyncFull,
 	}, nil
+}
+
+// interfaces resolves Interfaces, in the calling thread's network
+// namespace.
+func (c Config) interfaces() ([]string, error) {
+	switch c.Interfaces {
+	case "", "none":
+		return nil, nil
+	case "auto":
+		return NodeInterfaces()
+	}
+	var names []string
+	for _, n := range strings.Split(c.Interfaces, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			names = append(names, n)
+		}
+	}
+	return names, nil
 }
 
 // Cleanup implements backend.Plugin: it detaches the programs and deletes

@@ -18,15 +18,23 @@ const (
 
 // Frontend is an address a socket may dial to reach a Service: a cluster
 // IP, external IP, load-balancer IP or node address, with a port and a
-// protocol. It is the key of the services map.
+// protocol. It is the key of the services map. Outside frontends are those
+// that packets from outside the node are addressed to (read by the tc
+// programs); the others are those the node's sockets dial (read by the
+// cgroup programs): one address has both, with sets that may differ.
 type Frontend struct {
-	Addr  netip.Addr
-	Port  uint16
-	Proto uint8
+	Addr    netip.Addr
+	Port    uint16
+	Proto   uint8
+	Outside bool
 }
 
 func (f Frontend) String() string {
-	return fmt.Sprintf("%s/%s", netip.AddrPortFrom(f.Addr, f.Port), protoName(f.Proto))
+	s := fmt.Sprintf("%s/%s", netip.AddrPortFrom(f.Addr, f.Port), protoName(f.Proto))
+	if f.Outside {
+		s += " outside"
+	}
+	return s
 }
 
 func protoName(p uint8) string {
@@ -62,6 +70,9 @@ type Route struct {
 	// AffinityKey names the Service port the affinity is kept for.
 	AffinitySec uint32
 	AffinityKey string
+	// Masquerade: packets from outside are masqueraded to the node's
+	// address (externalTrafficPolicy Cluster).
+	Masquerade bool
 }
 
 // Rendered is one Service of the view as the socket programs see it.
@@ -80,6 +91,11 @@ type Rendered struct {
 // load-balancer IPs and node ports always use the cluster set, as kube-proxy
 // short-circuits traffic from the node and its pods to them under the Local
 // external policy.
+//
+// The same addresses (but cluster IPs) are also outside frontends, for the
+// tc programs: packets from outside the node use the local set and keep
+// their source under externalTrafficPolicy Local, and the cluster set with
+// masquerade under Cluster. They have no session affinity (yet).
 func Render(se *localv1.ServiceEndpoints, nodeAddrs []netip.Addr) (*Rendered, error) {
 	svc := se.Service
 	key := backend.KeyOf(se)
@@ -137,13 +153,20 @@ func Render(se *localv1.ServiceEndpoints, nodeAddrs []netip.Addr) (*Rendered, er
 			internal = base + "/local"
 			r.Sets[internal] = local
 		}
-		r.add(Frontend{clusterIP, uint16(port.Port), proto}, route(internal))
+		outside := Route{Set: base + "/cluster", Masquerade: true}
+		if svc.ExternalTrafficPolicy == localv1.TrafficPolicy_LOCAL {
+			outside = Route{Set: base + "/local"}
+			r.Sets[outside.Set] = local
+		}
+		r.add(Frontend{Addr: clusterIP, Port: uint16(port.Port), Proto: proto}, route(internal))
 		for _, a := range external {
-			r.add(Frontend{a, uint16(port.Port), proto}, route(base+"/cluster"))
+			r.add(Frontend{Addr: a, Port: uint16(port.Port), Proto: proto}, route(base+"/cluster"))
+			r.add(Frontend{Addr: a, Port: uint16(port.Port), Proto: proto, Outside: true}, outside)
 		}
 		if port.NodePort > 0 {
 			for _, a := range nodeAddrs {
-				r.add(Frontend{a, uint16(port.NodePort), proto}, route(base+"/cluster"))
+				r.add(Frontend{Addr: a, Port: uint16(port.NodePort), Proto: proto}, route(base+"/cluster"))
+				r.add(Frontend{Addr: a, Port: uint16(port.NodePort), Proto: proto, Outside: true}, outside)
 			}
 		}
 	}

@@ -28,16 +28,16 @@ func TestRender(t *testing.T) {
 		drop map[string]bool
 	}{
 		{
-			name: "cluster IP and node port use the cluster set",
-			want: map[string][]string{"10.96.0.10:80": {"10.0.1.1:8080", "10.0.2.1:8080"}, "192.168.0.1:30080": {"10.0.1.1:8080", "10.0.2.1:8080"}},
+			name: "cluster IP and node port use the cluster set; from outside, masqueraded",
+			want: map[string][]string{"10.96.0.10:80": {"10.0.1.1:8080", "10.0.2.1:8080"}, "192.168.0.1:30080": {"10.0.1.1:8080", "10.0.2.1:8080"}, "192.168.0.1:30080 outside": {"10.0.1.1:8080", "10.0.2.1:8080"}},
 		},
 		{
 			name:   "internal traffic policy Local: the cluster IP uses the local set, the node port still the cluster set",
 			mutate: func(se *localv1.ServiceEndpoints) { se.Service.InternalTrafficPolicy = localv1.TrafficPolicy_LOCAL },
-			want:   map[string][]string{"10.96.0.10:80": {"10.0.2.1:8080"}, "192.168.0.1:30080": {"10.0.1.1:8080", "10.0.2.1:8080"}},
+			want:   map[string][]string{"10.96.0.10:80": {"10.0.2.1:8080"}, "192.168.0.1:30080": {"10.0.1.1:8080", "10.0.2.1:8080"}, "192.168.0.1:30080 outside": {"10.0.1.1:8080", "10.0.2.1:8080"}},
 		},
 		{
-			name: "external policy Local: traffic from the node short-circuits to the cluster set, as kube-proxy",
+			name: "external policy Local: traffic from the node short-circuits to the cluster set, as kube-proxy; from outside, the local set, not masqueraded",
 			mutate: func(se *localv1.ServiceEndpoints) {
 				se.Service.ExternalTrafficPolicy = localv1.TrafficPolicy_LOCAL
 				se.Service.ExternalIps = []string{"203.0.113.1"}
@@ -46,7 +46,17 @@ func TestRender(t *testing.T) {
 			want: map[string][]string{
 				"10.96.0.10:80": {"10.0.1.1:8080", "10.0.2.1:8080"}, "192.168.0.1:30080": {"10.0.1.1:8080", "10.0.2.1:8080"},
 				"203.0.113.1:80": {"10.0.1.1:8080", "10.0.2.1:8080"}, "198.51.100.1:80": {"10.0.1.1:8080", "10.0.2.1:8080"},
+				"192.168.0.1:30080 outside": {"10.0.2.1:8080"}, "203.0.113.1:80 outside": {"10.0.2.1:8080"}, "198.51.100.1:80 outside": {"10.0.2.1:8080"},
 			},
+		},
+		{
+			name: "external policy Local with no local endpoint: dropped from outside, as kube-proxy",
+			mutate: func(se *localv1.ServiceEndpoints) {
+				se.Service.ExternalTrafficPolicy = localv1.TrafficPolicy_LOCAL
+				se.Endpoints = se.Endpoints[:1]
+			},
+			want: map[string][]string{"10.96.0.10:80": {"10.0.1.1:8080"}, "192.168.0.1:30080": {"10.0.1.1:8080"}, "192.168.0.1:30080 outside": nil},
+			drop: map[string]bool{"192.168.0.1:30080 outside": true},
 		},
 		{
 			name: "internal Local with no local endpoint while others exist: dropped, as kube-proxy",
@@ -54,7 +64,7 @@ func TestRender(t *testing.T) {
 				se.Service.InternalTrafficPolicy = localv1.TrafficPolicy_LOCAL
 				se.Endpoints = se.Endpoints[:1]
 			},
-			want: map[string][]string{"10.96.0.10:80": nil, "192.168.0.1:30080": {"10.0.1.1:8080"}},
+			want: map[string][]string{"10.96.0.10:80": nil, "192.168.0.1:30080": {"10.0.1.1:8080"}, "192.168.0.1:30080 outside": {"10.0.1.1:8080"}},
 			drop: map[string]bool{"10.96.0.10:80": true},
 		},
 		{
@@ -63,14 +73,14 @@ func TestRender(t *testing.T) {
 				se.Endpoints = nil
 				se.Service.Ports[0].HasEndpoints = false
 			},
-			want: map[string][]string{"10.96.0.10:80": nil, "192.168.0.1:30080": nil},
+			want: map[string][]string{"10.96.0.10:80": nil, "192.168.0.1:30080": nil, "192.168.0.1:30080 outside": nil},
 		},
 		{
 			name: "endpoints not in any set are never used (not ready, other zone: the view decided)",
 			mutate: func(se *localv1.ServiceEndpoints) {
 				se.Endpoints = append(se.Endpoints, ep("10.0.3.1", false, false))
 			},
-			want: map[string][]string{"10.96.0.10:80": {"10.0.1.1:8080", "10.0.2.1:8080"}, "192.168.0.1:30080": {"10.0.1.1:8080", "10.0.2.1:8080"}},
+			want: map[string][]string{"10.96.0.10:80": {"10.0.1.1:8080", "10.0.2.1:8080"}, "192.168.0.1:30080": {"10.0.1.1:8080", "10.0.2.1:8080"}, "192.168.0.1:30080 outside": {"10.0.1.1:8080", "10.0.2.1:8080"}},
 		},
 		{
 			name: "endpoints of another port are not this port's",
@@ -80,7 +90,7 @@ func TestRender(t *testing.T) {
 			},
 			want: map[string][]string{
 				"10.96.0.10:80": {"10.0.1.1:8080", "10.0.2.1:8080"}, "192.168.0.1:30080": {"10.0.1.1:8080", "10.0.2.1:8080"},
-				"10.96.0.10:53/udp": {"10.0.1.1:5353"},
+				"192.168.0.1:30080 outside": {"10.0.1.1:8080", "10.0.2.1:8080"}, "10.96.0.10:53/udp": {"10.0.1.1:5353"},
 			},
 		},
 	}
@@ -99,6 +109,15 @@ func TestRender(t *testing.T) {
 				name := netip.AddrPortFrom(f.Addr, f.Port).String()
 				if f.Proto == protoUDP {
 					name += "/udp"
+				}
+				if f.Outside {
+					name += " outside"
+					// Masquerade under the Cluster external policy only.
+					if want := se.Service.ExternalTrafficPolicy != localv1.TrafficPolicy_LOCAL; rt.Masquerade != want {
+						t.Errorf("%s: masquerade %v, want %v", name, rt.Masquerade, want)
+					}
+				} else if rt.Masquerade {
+					t.Errorf("%s: masquerade on a frontend of the node's sockets", name)
 				}
 				var eps []string
 				for _, e := range r.Sets[rt.Set].Endpoints {

@@ -71,7 +71,7 @@ type sockSvcKey struct {
 	Addr  [4]uint32
 	Port  uint16
 	Proto uint8
-	Pad   uint8
+	Scope uint8
 }
 
 type sockSvcVal struct {

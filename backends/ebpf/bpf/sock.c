@@ -19,37 +19,9 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#include "maps.h"
+
 char __license[] SEC("license") = "Dual BSD/GPL";
-
-// A Service address: the frontend a socket dials.
-struct svc_key {
-	__u32 addr[4]; // network order; IPv4 as ::ffff:a.b.c.d
-	__u16 port;    // network order
-	__u8 proto;    // IPPROTO_TCP, IPPROTO_UDP
-	__u8 pad;
-};
-
-// svc_val.flags
-#define SVC_F_DROP 1 // no endpoint for this node, but some elsewhere: kube-proxy drops (the client times out)
-
-struct svc_val {
-	__u32 set;          // the backend set: slots (set, 0..count-1)
-	__u32 count;        // 0: no endpoint, the connection is refused
-	__u32 affinity_sec; // ClientIP affinity timeout; 0: none
-	__u32 affinity_id;  // stable per Service port, keys the affinity map
-	__u32 flags;
-};
-
-struct slot_key {
-	__u32 set;
-	__u32 slot;
-};
-
-struct endpoint {
-	__u32 addr[4];
-	__u16 port;
-	__u16 pad;
-};
 
 // The reverse translation of one socket towards one endpoint.
 struct rev_key {
@@ -76,24 +48,6 @@ struct member_key {
 	__u32 set;
 	struct endpoint ep;
 };
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 131072);
-	__type(key, struct svc_key);
-	__type(value, struct svc_val);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} kpng_services SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 524288);
-	__type(key, struct slot_key);
-	__type(value, struct endpoint);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} kpng_slots SEC(".maps");
 
 // Which endpoints a set holds: an affinity is followed only while its
 // endpoint is still in the Service's set.
@@ -130,7 +84,7 @@ static __always_inline void key4(struct svc_key *k, struct bpf_sock_addr *ctx)
 	k->addr[3] = ctx->user_ip4;
 	k->port = (__u16)ctx->user_port;
 	k->proto = (__u8)ctx->protocol;
-	k->pad = 0;
+	k->scope = SCOPE_NODE;
 }
 
 static __always_inline void key6(struct svc_key *k, struct bpf_sock_addr *ctx)
@@ -141,7 +95,7 @@ static __always_inline void key6(struct svc_key *k, struct bpf_sock_addr *ctx)
 	k->addr[3] = ctx->user_ip6[3];
 	k->port = (__u16)ctx->user_port;
 	k->proto = (__u8)ctx->protocol;
-	k->pad = 0;
+	k->scope = SCOPE_NODE;
 }
 
 // A datagram flow: one unconnected UDP socket sending to one Service. Its
