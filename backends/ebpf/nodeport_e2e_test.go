@@ -1,0 +1,373 @@
+//go:build e2e
+
+package ebpf
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kpng/kpng/api/localv1"
+	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/internal/netnstest"
+)
+
+// The north-south lab: an outside network (the client's namespace, which
+// holds a bridge), a node on it whose eth0 carries the tc programs, a pod
+// behind the node (veth vp), and another node's pod on the outside network
+// (the "remote" namespace), reached through the node by a route.
+//
+//	client 192.168.50.2 ─br0─┬─ eth0 192.168.50.1  node  vp 10.244.0.1 ── pod 10.244.0.2
+//	  (LB IP 203.0.113.50    └─ eth0 192.168.50.3  remote, pod 10.244.1.2
+//	   routed to the node)
+const (
+	nsClient    = "192.168.50.2"
+	nsNode      = "192.168.50.1"
+	nsRemote    = "192.168.50.3"
+	nsPod       = "10.244.0.2"
+	nsRemotePod = "10.244.1.2"
+	nsLB        = "203.0.113.50"
+	// The node's address towards its pod: what masquerade gives the pod
+	// (as iptables' MASQUERADE: the outgoing interface's address).
+	nsNodeToPod = "10.244.0.1"
+	nsCluster   = "10.96.100.20"
+)
+
+type nsLab struct {
+	cli, node, pod, remote *netnstest.Netns
+	pins, cgroup           string
+	st                     *backend.State
+	b                      backend.Backend
+	plugin                 *Plugin
+	cancel                 context.CancelFunc
+	first                  bool
+}
+
+func newNSLab(t *testing.T) *nsLab {
+	t.Helper()
+	netnstest.RequireRoot(t)
+	l := &nsLab{
+		cli: netnstest.New(t, "npc"), node: netnstest.New(t, "npn"),
+		pod: netnstest.New(t, "npp"), remote: netnstest.New(t, "npr"),
+	}
+	check := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(l.cli.IPBatch(
+		"link add br0 type bridge",
+		"link set br0 up",
+		"addr add "+nsClient+"/24 dev br0",
+		"link add n0 type veth peer name eth0 netns "+l.node.Name,
+		"link add r0 type veth peer name eth0 netns "+l.remote.Name,
+		"link set n0 master br0",
+		"link set r0 master br0",
+		"link set n0 up",
+		"link set r0 up",
+		"route add "+nsLB+"/32 via "+nsNode,
+		// The pod network through the node, for the direct comparison.
+		"route add 10.244.0.0/24 via "+nsNode,
+	))
+	check(l.node.IPBatch(
+		"addr add "+nsNode+"/24 dev eth0",
+		"link set eth0 up",
+		"link add vp type veth peer name eth0 netns "+l.pod.Name,
+		"addr add 10.244.0.1/24 dev vp",
+		"link set vp up",
+		"route add 10.244.1.0/24 via "+nsRemote,
+	))
+	check(l.node.Sysctl(map[string]string{
+		"net.ipv4.ip_forward":                  "1",
+		"net.ipv4.conf.all.send_redirects":     "0",
+		"net.ipv4.conf.default.send_redirects": "0",
+	}))
+	check(l.pod.IPBatch(
+		"addr add "+nsPod+"/24 dev eth0",
+		"link set eth0 up",
+		"route add default via 10.244.0.1",
+	))
+	check(l.remote.IPBatch(
+		"addr add "+nsRemote+"/24 dev eth0",
+		"addr add "+nsRemotePod+"/32 dev eth0",
+		"link set eth0 up",
+	))
+	nsServe(t, l.pod, nsPod)
+	nsServe(t, l.remote, nsRemotePod)
+	l.cgroup = testCgroup(t)
+	l.pins = testBPFFS(t)
+	t.Cleanup(func() {
+		if err := Remove(l.pins); err != nil {
+			t.Errorf("removing the pins: %v", err)
+		}
+	})
+	l.open(t)
+	return l
+}
+
+// nsServe serves TCP 8080 and UDP 5353 on ip in ns, answering with the
+// address reached and the client's address as the endpoint sees it.
+func nsServe(t *testing.T, ns *netnstest.Netns, ip string) {
+	t.Helper()
+	var ln net.Listener
+	var pc net.PacketConn
+	err := ns.Do(func() error {
+		var err error
+		if ln, err = net.Listen("tcp4", ip+":8080"); err != nil {
+			return err
+		}
+		pc, err = net.ListenPacket("udp4", ip+":5353")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close(); pc.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "%s from %s\n", c.LocalAddr(), c.RemoteAddr())
+			c.Close()
+		}
+	}()
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			pc.WriteTo([]byte(fmt.Sprintf("%s from %s", pc.LocalAddr(), from)), from)
+		}
+	}()
+}
+
+// open starts the backend with its tc programs on the node's eth0 and vp,
+// attached from a thread inside the node's namespace (the interface names
+// are resolved there), as a new run of kpng would: its first sync is a
+// reset.
+func (l *nsLab) open(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	p := &Plugin{Config: Config{PinPath: l.pins, CgroupPath: l.cgroup, Interfaces: "eth0,vp"}, set: true}
+	var b backend.Backend
+	start := time.Now()
+	err := l.node.Do(func() error {
+		var err error
+		b, _, err = p.Open(ctx, backend.Env{NodeName: "node-1"})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	t.Logf("Open (load, attach 8 socket programs and 4 tc links): %v", time.Since(start).Round(time.Microsecond))
+	l.plugin, l.b, l.cancel, l.first = p, b, cancel, true
+	l.st = backend.NewState("node-1")
+	l.st.Node = &localv1.Node{Name: "node-1", Addresses: []string{nsNode}}
+}
+
+// stop ends the running backend as the end of kpng's process would.
+func (l *nsLab) stop() {
+	l.cancel()
+	l.plugin.objs.Close()
+}
+
+func (l *nsLab) set(t *testing.T, se *localv1.ServiceEndpoints) {
+	t.Helper()
+	k := backend.KeyOf(se)
+	l.st.Services[k] = se
+	ch := backend.Changes{Reset: l.first, Set: []backend.ServiceKey{k}}
+	l.first = false
+	if err := l.b.Sync(context.Background(), l.st, ch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lbService is a LoadBalancer Service: TCP 80 (node port 30080) and UDP
+// 53 (node port 30053). Endpoints are "ip" (in the cluster set) or
+// "ip+local" (also in the local set: on this node).
+func lbService(policy localv1.TrafficPolicy, eps ...string) *localv1.ServiceEndpoints {
+	se := &localv1.ServiceEndpoints{Service: &localv1.Service{
+		Namespace: "default", Name: "lb", Family: localv1.IPFamily_IPV4, Type: localv1.ServiceType_LOAD_BALANCER,
+		ClusterIp: nsCluster, LoadBalancerIps: []string{nsLB}, ExternalTrafficPolicy: policy,
+		Ports: []*localv1.ServicePort{
+			{Name: "http", Protocol: localv1.Protocol_TCP, Port: 80, NodePort: 30080, HasEndpoints: len(eps) > 0},
+			{Name: "dns", Protocol: localv1.Protocol_UDP, Port: 53, NodePort: 30053, HasEndpoints: len(eps) > 0},
+		},
+	}}
+	for _, ep := range eps {
+		ip, local := strings.CutSuffix(ep, "+local")
+		se.Endpoints = append(se.Endpoints,
+			&localv1.Endpoint{PortName: "http", Protocol: localv1.Protocol_TCP, Ip: ip, Port: 8080, Ready: true, InClusterSet: true, InLocalSet: local},
+			&localv1.Endpoint{PortName: "dns", Protocol: localv1.Protocol_UDP, Ip: ip, Port: 5353, Ready: true, InClusterSet: true, InLocalSet: local})
+	}
+	return se
+}
+
+// tcp connects from the client's namespace and returns the endpoint's
+// line ("<endpoint> from <client as the endpoint saw it>").
+func (l *nsLab) tcp(addr string, timeout time.Duration) (string, error) {
+	var c net.Conn
+	err := l.cli.Do(func() error {
+		var err error
+		c, err = net.DialTimeout("tcp4", addr, timeout)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimSpace(line), err
+}
+
+// udp sends a datagram from the client's namespace and returns the answer
+// and the address it came from.
+func (l *nsLab) udp(addr string) (string, string, error) {
+	var c net.PacketConn
+	err := l.cli.Do(func() error {
+		var err error
+		c, err = net.ListenPacket("udp4", nsClient+":0")
+		return err
+	})
+	if err != nil {
+		return "", "", err
+	}
+	defer c.Close()
+	to, err := net.ResolveUDPAddr("udp4", addr)
+	if err != nil {
+		return "", "", err
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.WriteTo([]byte("hi"), to); err != nil {
+		return "", "", err
+	}
+	buf := make([]byte, 128)
+	n, from, err := c.ReadFrom(buf)
+	if err != nil {
+		return "", "", err
+	}
+	return string(buf[:n]), from.String(), nil
+}
+
+// want checks that TCP and UDP to a frontend reach endpoint ep, seen by it
+// as coming from source, with the answers coming back from the frontend.
+func (l *nsLab) want(t *testing.T, host string, ep, source string) {
+	t.Helper()
+	tcpAddr, udpAddr := host+":80", host+":53"
+	if host == nsNode {
+		tcpAddr, udpAddr = host+":30080", host+":30053"
+	}
+	line, err := l.tcp(tcpAddr, 5*time.Second)
+	if err != nil || !strings.HasPrefix(line, ep+":8080 from "+source+":") {
+		t.Errorf("tcp %s: %q, %v; want %s:8080 from %s:*", tcpAddr, line, err, ep, source)
+	}
+	line, from, err := l.udp(udpAddr)
+	if err != nil || !strings.HasPrefix(line, ep+":5353 from "+source+":") || from != udpAddr {
+		t.Errorf("udp %s: %q from %s, %v; want %s:5353 from %s:*, from %s", udpAddr, line, from, err, ep, source, udpAddr)
+	}
+}
+
+// TestNodePortFromOutside sends TCP and UDP from outside the node to a
+// NodePort on the node's address and to a load-balancer IP routed to the
+// node: under externalTrafficPolicy Cluster the endpoint (on this node or
+// another) sees the node's address and the client the frontend's; under
+// Local only this node's endpoints are used and they see the client's own
+// address; no local endpoint drops. Restart and --cleanup follow.
+func TestNodePortFromOutside(t *testing.T) {
+	l := newNSLab(t)
+
+	// Cluster policy, the endpoint on this node: masqueraded to the node's
+	// address on the interface towards the pod.
+	l.set(t, lbService(localv1.TrafficPolicy_CLUSTER, nsPod+"+local"))
+	l.want(t, nsNode, nsPod, nsNodeToPod)
+	l.want(t, nsLB, nsPod, nsNodeToPod)
+
+	// Cluster policy, the endpoint on another node: forwarded out of eth0,
+	// masqueraded so that the replies come back through this node.
+	l.set(t, lbService(localv1.TrafficPolicy_CLUSTER, nsRemotePod))
+	l.want(t, nsNode, nsRemotePod, nsNode)
+	l.want(t, nsLB, nsRemotePod, nsNode)
+
+	// Local policy: this node's endpoint only, the client's address kept.
+	l.set(t, lbService(localv1.TrafficPolicy_LOCAL, nsPod+"+local", nsRemotePod))
+	for range 5 {
+		l.want(t, nsNode, nsPod, nsClient)
+		l.want(t, nsLB, nsPod, nsClient)
+	}
+
+	// Local policy without an endpoint on this node: dropped, as
+	// kube-proxy drops (the client's wait is the only way to see a drop).
+	l.set(t, lbService(localv1.TrafficPolicy_LOCAL, nsRemotePod))
+	if line, err := l.tcp(nsNode+":30080", 300*time.Millisecond); errName(err) != "timeout" {
+		t.Errorf("tcp to a Local node port without a local endpoint: %q, %v; want a timeout", line, err)
+	}
+
+	// Two endpoints under Cluster: both are used.
+	l.set(t, lbService(localv1.TrafficPolicy_CLUSTER, nsPod+"+local", nsRemotePod))
+	seen := map[string]bool{}
+	for range 30 {
+		line, err := l.tcp(nsNode+":30080", 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ep, _, _ := strings.Cut(line, " ")
+		seen[ep] = true
+	}
+	if !seen[nsPod+":8080"] || !seen[nsRemotePod+":8080"] {
+		t.Errorf("30 connections to two endpoints reached %v", seen)
+	}
+
+	// A restart: the pinned links keep working without kpng, and a new run
+	// updates them in place.
+	l.set(t, lbService(localv1.TrafficPolicy_CLUSTER, nsPod+"+local"))
+	l.stop()
+	l.want(t, nsNode, nsPod, nsNodeToPod)
+	l.open(t)
+	l.want(t, nsNode, nsPod, nsNodeToPod) // before the first sync
+	l.set(t, lbService(localv1.TrafficPolicy_CLUSTER, nsRemotePod))
+	l.want(t, nsNode, nsRemotePod, nsNode)
+	if links := tcLinks(t, l.pins); !slices.Equal(links, []string{"link_tcx_in_eth0", "link_tcx_in_vp", "link_tcx_out_eth0", "link_tcx_out_vp"}) {
+		t.Errorf("pinned tc links: %v", links)
+	}
+
+	// --cleanup detaches the tc programs: the node port is the node's own
+	// closed port again.
+	if err := l.plugin.Cleanup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.tcp(nsNode+":30080", 5*time.Second); errName(err) != "ECONNREFUSED" {
+		t.Errorf("tcp to the node port after --cleanup: %v; want ECONNREFUSED", err)
+	}
+	if _, err := os.Stat(l.pins); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s after --cleanup: %v", l.pins, err)
+	}
+}
+
+func tcLinks(t *testing.T, pins string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(pins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "link_tcx_") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
