@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
 	"github.com/kpng/kpng/internal/netnstest"
@@ -370,4 +373,78 @@ func tcLinks(t *testing.T, pins string) []string {
 		}
 	}
 	return out
+}
+
+// TestNodePortLatency measures what the tc programs add to a request from
+// outside: TCP connect, one line read, close, from the client to the node
+// port (Cluster policy: DNAT, masquerade, forwarded by the program) against
+// the same to the pod's own address (routed by the node untranslated),
+// alternated; and what the ingress program itself costs per packet
+// (kernel run-time statistics). It fails only on a gross regression.
+func TestNodePortLatency(t *testing.T) {
+	l := newNSLab(t)
+	l.set(t, lbService(localv1.TrafficPolicy_CLUSTER, nsPod+"+local"))
+	l.want(t, nsNode, nsPod, nsNodeToPod)
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stats.Close()
+	prog := l.plugin.objs.np.KpngNodeportIn
+	const perRound, rounds = 100, 9
+	requests := func(addr string) int64 {
+		t.Helper()
+		var mean int64
+		err := l.cli.Do(func() error {
+			start := time.Now()
+			buf := make([]byte, 128)
+			for range perRound {
+				c, err := net.DialTimeout("tcp4", addr, 5*time.Second)
+				if err != nil {
+					return err
+				}
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				_, err = c.Read(buf)
+				c.Close()
+				if err != nil {
+					return err
+				}
+			}
+			mean = time.Since(start).Nanoseconds() / perRound
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mean
+	}
+	var direct, viaNodePort []int64
+	var runtime time.Duration
+	var runs uint64
+	for range rounds {
+		direct = append(direct, requests(nsPod+":8080"))
+		before, err := prog.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		viaNodePort = append(viaNodePort, requests(nsNode+":30080"))
+		after, err := prog.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		runtime += after.Runtime - before.Runtime
+		runs += after.RunCount - before.RunCount
+	}
+	slices.Sort(direct)
+	slices.Sort(viaNodePort)
+	d, v := direct[rounds/2], viaNodePort[rounds/2]
+	perPacket := time.Duration(0)
+	if runs > 0 {
+		perPacket = runtime / time.Duration(runs)
+	}
+	t.Logf("request (connect, read, close) to the pod %v, through the node port %v (%+.1f%%), median of %d rounds of %d; the ingress program ran %d times (eth0 and vp), %v per packet (kernel stats)",
+		time.Duration(d), time.Duration(v), 100*float64(v-d)/float64(d), rounds, perRound, runs, perPacket)
+	if v > 3*d {
+		t.Errorf("a request through the node port takes %v, to the pod %v", time.Duration(v), time.Duration(d))
+	}
 }
