@@ -26,7 +26,7 @@ type nodeportNat struct {
 	Dst   [4]uint32
 	Sport uint16
 	Dport uint16
-	Pad   uint32
+	Set   uint32
 }
 
 type nodeportSlotKey struct {

@@ -237,19 +237,30 @@ func (l *nsLab) tcp(addr string, timeout time.Duration) (string, error) {
 	return strings.TrimSpace(line), err
 }
 
-// udp sends a datagram from the client's namespace and returns the answer
-// and the address it came from.
+// udp sends a datagram from a new socket of the client's namespace and
+// returns the answer and the address it came from.
 func (l *nsLab) udp(addr string) (string, string, error) {
+	c, err := l.udpSocket()
+	if err != nil {
+		return "", "", err
+	}
+	defer c.Close()
+	return udpExchange(c, addr)
+}
+
+func (l *nsLab) udpSocket() (net.PacketConn, error) {
 	var c net.PacketConn
 	err := l.cli.Do(func() error {
 		var err error
 		c, err = net.ListenPacket("udp4", nsClient+":0")
 		return err
 	})
-	if err != nil {
-		return "", "", err
-	}
-	defer c.Close()
+	return c, err
+}
+
+// udpExchange sends a datagram from c and returns the answer and the
+// address it came from.
+func udpExchange(c net.PacketConn, addr string) (string, string, error) {
 	to, err := net.ResolveUDPAddr("udp4", addr)
 	if err != nil {
 		return "", "", err
@@ -332,6 +343,25 @@ func TestNodePortFromOutside(t *testing.T) {
 	}
 	if !seen[nsPod+":8080"] || !seen[nsRemotePod+":8080"] {
 		t.Errorf("30 connections to two endpoints reached %v", seen)
+	}
+
+	// A UDP flow (datagrams of one client socket) keeps its endpoint, and
+	// moves when the endpoint leaves, as kube-proxy's deletion of a removed
+	// UDP endpoint's conntrack entries makes it.
+	l.set(t, lbService(localv1.TrafficPolicy_LOCAL, nsPod+"+local"))
+	sock, err := l.udpSocket()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sock.Close()
+	for range 3 {
+		if line, from, err := udpExchange(sock, nsNode+":30053"); err != nil || !strings.HasPrefix(line, nsPod+":5353 from "+sock.LocalAddr().String()) || from != nsNode+":30053" {
+			t.Errorf("a UDP flow before the endpoint change: %q from %s, %v", line, from, err)
+		}
+	}
+	l.set(t, lbService(localv1.TrafficPolicy_CLUSTER, nsRemotePod))
+	if line, from, err := udpExchange(sock, nsNode+":30053"); err != nil || !strings.HasPrefix(line, nsRemotePod+":5353 from "+nsNode+":") || from != nsNode+":30053" {
+		t.Errorf("the UDP flow after its endpoint left: %q from %s, %v; want %s:5353 from %s", line, from, err, nsRemotePod, nsNode)
 	}
 
 	// A restart: the pinned links keep working without kpng, and a new run

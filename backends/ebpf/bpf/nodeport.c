@@ -62,7 +62,7 @@ struct nat {
 	__u32 dst[4];
 	__u16 sport;
 	__u16 dport;
-	__u32 pad;
+	__u32 set; // in kpng_ct: the frontend's set when the connection began
 };
 
 // A connection from outside as it arrives (client -> frontend) -> its
@@ -269,14 +269,6 @@ static __always_inline int masquerade(struct __sk_buff *skb, struct pkt *p, stru
 // ACT_NEXT: not ours.
 static __always_inline int forward(struct __sk_buff *skb, struct pkt *p)
 {
-	struct nat *known = bpf_map_lookup_elem(&kpng_ct, &p->t);
-	if (known) {
-		struct nat copy = *known;
-		if (rewrite4(skb, p, &copy))
-			return ACT_DROP;
-		return redirect4(skb, &copy, p->t.proto);
-	}
-
 	struct svc_key k = {};
 	k.addr[2] = p->t.dst[2];
 	k.addr[3] = p->t.dst[3];
@@ -284,6 +276,17 @@ static __always_inline int forward(struct __sk_buff *skb, struct pkt *p)
 	k.proto = p->t.proto;
 	k.scope = SCOPE_OUTSIDE;
 	struct svc_val *svc = bpf_map_lookup_elem(&kpng_services, &k);
+
+	struct nat *known = bpf_map_lookup_elem(&kpng_ct, &p->t);
+	// A TCP connection keeps its endpoint. A UDP flow is chosen again once
+	// the frontend's set changed (it may have lost the endpoint: kube-proxy
+	// deletes the conntrack entries of a removed UDP endpoint).
+	if (known && (p->t.proto == IPPROTO_TCP || (svc && svc->set == known->set))) {
+		struct nat copy = *known;
+		if (rewrite4(skb, p, &copy))
+			return ACT_DROP;
+		return redirect4(skb, &copy, p->t.proto);
+	}
 	if (!svc)
 		return ACT_NEXT;
 	if (svc->count == 0) // no endpoint (for this node, under Local): dropped
@@ -294,6 +297,7 @@ static __always_inline int forward(struct __sk_buff *skb, struct pkt *p)
 		return ACT_DROP;
 
 	struct nat n = {}, rev = {};
+	n.set = svc->set;
 	n.src[2] = n.dst[2] = bpf_htonl(0x0000ffff);
 	n.src[3] = p->t.src[3];
 	n.sport = p->t.sport;
