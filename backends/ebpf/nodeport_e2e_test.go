@@ -309,6 +309,14 @@ func TestNodePortFromOutside(t *testing.T) {
 	l.set(t, lbService(localv1.TrafficPolicy_CLUSTER, nsPod+"+local"))
 	l.want(t, nsNode, nsPod, nsNodeToPod)
 	l.want(t, nsLB, nsPod, nsNodeToPod)
+	var table strings.Builder
+	if err := WriteTable(&table, l.pins); err != nil {
+		t.Fatal(err)
+	}
+	if want := nsNode + ":30080/tcp outside"; !strings.Contains(table.String(), want) {
+		t.Errorf("the maps' table lacks %q:\n%s", want, table.String())
+	}
+	t.Logf("kpng ebpf-maps:\n%s", table.String())
 
 	// Cluster policy, the endpoint on another node: forwarded out of eth0,
 	// masqueraded so that the replies come back through this node.

@@ -12,8 +12,10 @@ import (
 )
 
 // WriteTable prints the pinned maps under pinPath as a table: one line per
-// frontend with the endpoints of its set, by slot. It reads the kernel's
-// maps, not kpng's memory, so it shows what sockets see (kpng ebpf-maps).
+// frontend with the endpoints of its set, by slot; "outside" frontends are
+// those of packets from outside the node, whose SOURCE is masqueraded or
+// the client's. It reads the kernel's maps, not kpng's memory, so it shows
+// what the programs see (kpng ebpf-maps).
 func WriteTable(w io.Writer, pinPath string) error {
 	var km kernelMaps
 	for _, m := range []struct {
@@ -32,7 +34,7 @@ func WriteTable(w io.Writer, pinPath string) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "FRONTEND\tSET\tCOUNT\tAFFINITY\tENDPOINTS")
+	fmt.Fprintln(tw, "FRONTEND\tSET\tCOUNT\tAFFINITY\tSOURCE\tENDPOINTS")
 	var errs []error
 	for _, f := range sortedFrontends(svcs) {
 		v := svcs[f]
@@ -57,7 +59,15 @@ func WriteTable(w io.Writer, pinPath string) error {
 		if v.AffinitySec > 0 {
 			aff = fmt.Sprintf("%ds", v.AffinitySec)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", f, v.Set, v.Count, aff, what)
+		// From outside: masqueraded to the node, or the client's kept.
+		src := "-"
+		if f.Outside {
+			src = "client"
+			if v.Masquerade {
+				src = "masquerade"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", f, v.Set, v.Count, aff, src, what)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
