@@ -40,7 +40,17 @@ const (
 	// The node's address towards its pod: what masquerade gives the pod
 	// (as iptables' MASQUERADE: the outgoing interface's address).
 	nsNodeToPod = "10.244.0.1"
-	nsCluster   = "10.96.100.20"
+
+	// The same in IPv6.
+	nsClient6    = "fd00:50::2"
+	nsNode6      = "fd00:50::1"
+	nsRemote6    = "fd00:50::3"
+	nsPod6       = "fd00:244::2"
+	nsRemotePod6 = "fd00:244:1::2"
+	nsLB6        = "fd00:113::50"
+	nsCluster6   = "fd00:96::20"
+	nsNodeToPod6 = "fd00:244::1"
+	nsCluster    = "10.96.100.20"
 )
 
 type nsLab struct {
@@ -79,6 +89,8 @@ func newNSLab(t *testing.T) *nsLab {
 		"route add "+nsLB+"/32 via "+nsNode,
 		// The pod network through the node, for the direct comparison.
 		"route add 10.244.0.0/24 via "+nsNode,
+		"addr add "+nsClient6+"/64 dev br0 nodad",
+		"route add "+nsLB6+"/128 via "+nsNode6,
 	))
 	check(l.node.IPBatch(
 		"addr add "+nsNode+"/24 dev eth0",
@@ -87,9 +99,13 @@ func newNSLab(t *testing.T) *nsLab {
 		"addr add 10.244.0.1/24 dev vp",
 		"link set vp up",
 		"route add 10.244.1.0/24 via "+nsRemote,
+		"addr add "+nsNode6+"/64 dev eth0 nodad",
+		"addr add "+nsNodeToPod6+"/64 dev vp nodad",
+		"route add fd00:244:1::/64 via "+nsRemote6,
 	))
 	check(l.node.Sysctl(map[string]string{
 		"net.ipv4.ip_forward":                  "1",
+		"net.ipv6.conf.all.forwarding":         "1",
 		"net.ipv4.conf.all.send_redirects":     "0",
 		"net.ipv4.conf.default.send_redirects": "0",
 	}))
@@ -97,14 +113,22 @@ func newNSLab(t *testing.T) *nsLab {
 		"addr add "+nsPod+"/24 dev eth0",
 		"link set eth0 up",
 		"route add default via 10.244.0.1",
+		"addr add "+nsPod6+"/64 dev eth0 nodad",
+		"route add default via "+nsNodeToPod6,
 	))
 	check(l.remote.IPBatch(
 		"addr add "+nsRemote+"/24 dev eth0",
 		"addr add "+nsRemotePod+"/32 dev eth0",
+		"addr add "+nsRemote6+"/64 dev eth0 nodad",
+		"addr add "+nsRemotePod6+"/128 dev eth0 nodad",
 		"link set eth0 up",
 	))
-	nsServe(t, l.pod, nsPod)
-	nsServe(t, l.remote, nsRemotePod)
+	for _, ip := range []string{nsPod, nsPod6} {
+		nsServe(t, l.pod, ip)
+	}
+	for _, ip := range []string{nsRemotePod, nsRemotePod6} {
+		nsServe(t, l.remote, ip)
+	}
 	l.cgroup = testCgroup(t)
 	l.pins = testBPFFS(t)
 	t.Cleanup(func() {
@@ -124,10 +148,10 @@ func nsServe(t *testing.T, ns *netnstest.Netns, ip string) {
 	var pc net.PacketConn
 	err := ns.Do(func() error {
 		var err error
-		if ln, err = net.Listen("tcp4", ip+":8080"); err != nil {
+		if ln, err = net.Listen("tcp", net.JoinHostPort(ip, "8080")); err != nil {
 			return err
 		}
-		pc, err = net.ListenPacket("udp4", ip+":5353")
+		pc, err = net.ListenPacket("udp", net.JoinHostPort(ip, "5353"))
 		return err
 	})
 	if err != nil {
@@ -178,7 +202,7 @@ func (l *nsLab) open(t *testing.T) {
 	t.Logf("Open (load, attach 8 socket programs and 4 tc links): %v", time.Since(start).Round(time.Microsecond))
 	l.plugin, l.b, l.cancel, l.first = p, b, cancel, true
 	l.st = backend.NewState("node-1")
-	l.st.Node = &localv1.Node{Name: "node-1", Addresses: []string{nsNode}}
+	l.st.Node = &localv1.Node{Name: "node-1", Addresses: []string{nsNode, nsNode6}}
 }
 
 // stop ends the running backend as the end of kpng's process would.
@@ -225,7 +249,7 @@ func (l *nsLab) tcp(addr string, timeout time.Duration) (string, error) {
 	var c net.Conn
 	err := l.cli.Do(func() error {
 		var err error
-		c, err = net.DialTimeout("tcp4", addr, timeout)
+		c, err = net.DialTimeout("tcp", addr, timeout)
 		return err
 	})
 	if err != nil {
@@ -240,7 +264,7 @@ func (l *nsLab) tcp(addr string, timeout time.Duration) (string, error) {
 // udp sends a datagram from a new socket of the client's namespace and
 // returns the answer and the address it came from.
 func (l *nsLab) udp(addr string) (string, string, error) {
-	c, err := l.udpSocket()
+	c, err := l.udpSocket(strings.HasPrefix(addr, "["))
 	if err != nil {
 		return "", "", err
 	}
@@ -248,11 +272,15 @@ func (l *nsLab) udp(addr string) (string, string, error) {
 	return udpExchange(c, addr)
 }
 
-func (l *nsLab) udpSocket() (net.PacketConn, error) {
+func (l *nsLab) udpSocket(v6 bool) (net.PacketConn, error) {
 	var c net.PacketConn
+	src := nsClient
+	if v6 {
+		src = nsClient6
+	}
 	err := l.cli.Do(func() error {
 		var err error
-		c, err = net.ListenPacket("udp4", nsClient+":0")
+		c, err = net.ListenPacket("udp", net.JoinHostPort(src, "0"))
 		return err
 	})
 	return c, err
@@ -261,7 +289,7 @@ func (l *nsLab) udpSocket() (net.PacketConn, error) {
 // udpExchange sends a datagram from c and returns the answer and the
 // address it came from.
 func udpExchange(c net.PacketConn, addr string) (string, string, error) {
-	to, err := net.ResolveUDPAddr("udp4", addr)
+	to, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
 		return "", "", err
 	}
@@ -281,17 +309,20 @@ func udpExchange(c net.PacketConn, addr string) (string, string, error) {
 // as coming from source, with the answers coming back from the frontend.
 func (l *nsLab) want(t *testing.T, host string, ep, source string) {
 	t.Helper()
-	tcpAddr, udpAddr := host+":80", host+":53"
-	if host == nsNode {
-		tcpAddr, udpAddr = host+":30080", host+":30053"
+	tcpAddr, udpAddr := net.JoinHostPort(host, "80"), net.JoinHostPort(host, "53")
+	if host == nsNode || host == nsNode6 {
+		tcpAddr, udpAddr = net.JoinHostPort(host, "30080"), net.JoinHostPort(host, "30053")
 	}
+	// "<endpoint> from <source>:<any port>"
+	wantTCP := net.JoinHostPort(ep, "8080") + " from " + net.JoinHostPort(source, "")
 	line, err := l.tcp(tcpAddr, 5*time.Second)
-	if err != nil || !strings.HasPrefix(line, ep+":8080 from "+source+":") {
-		t.Errorf("tcp %s: %q, %v; want %s:8080 from %s:*", tcpAddr, line, err, ep, source)
+	if err != nil || !strings.HasPrefix(line, wantTCP) {
+		t.Errorf("tcp %s: %q, %v; want %s*", tcpAddr, line, err, wantTCP)
 	}
+	wantUDP := net.JoinHostPort(ep, "5353") + " from " + net.JoinHostPort(source, "")
 	line, from, err := l.udp(udpAddr)
-	if err != nil || !strings.HasPrefix(line, ep+":5353 from "+source+":") || from != udpAddr {
-		t.Errorf("udp %s: %q from %s, %v; want %s:5353 from %s:*, from %s", udpAddr, line, from, err, ep, source, udpAddr)
+	if err != nil || !strings.HasPrefix(line, wantUDP) || from != udpAddr {
+		t.Errorf("udp %s: %q from %s, %v; want %s* from %s", udpAddr, line, from, err, wantUDP, udpAddr)
 	}
 }
 
@@ -357,7 +388,7 @@ func TestNodePortFromOutside(t *testing.T) {
 	// moves when the endpoint leaves, as kube-proxy's deletion of a removed
 	// UDP endpoint's conntrack entries makes it.
 	l.set(t, lbService(localv1.TrafficPolicy_LOCAL, nsPod+"+local"))
-	sock, err := l.udpSocket()
+	sock, err := l.udpSocket(false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,6 +426,41 @@ func TestNodePortFromOutside(t *testing.T) {
 	}
 	if _, err := os.Stat(l.pins); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("%s after --cleanup: %v", l.pins, err)
+	}
+}
+
+// lbService6 is lbService in IPv6.
+func lbService6(policy localv1.TrafficPolicy, eps ...string) *localv1.ServiceEndpoints {
+	se := lbService(policy, eps...)
+	se.Service.Family = localv1.IPFamily_IPV6
+	se.Service.ClusterIp = nsCluster6
+	se.Service.LoadBalancerIps = []string{nsLB6}
+	return se
+}
+
+// TestNodePortFromOutsideIPv6: the same in IPv6, on the same lab (the
+// IPv6 Service beside the IPv4 one).
+func TestNodePortFromOutsideIPv6(t *testing.T) {
+	l := newNSLab(t)
+	l.set(t, lbService(localv1.TrafficPolicy_CLUSTER, nsPod+"+local"))
+
+	l.set(t, lbService6(localv1.TrafficPolicy_CLUSTER, nsPod6+"+local"))
+	l.want(t, nsNode6, nsPod6, nsNodeToPod6)
+	l.want(t, nsLB6, nsPod6, nsNodeToPod6)
+	l.want(t, nsNode, nsPod, nsNodeToPod) // the IPv4 Service still works
+
+	l.set(t, lbService6(localv1.TrafficPolicy_CLUSTER, nsRemotePod6))
+	l.want(t, nsNode6, nsRemotePod6, nsNode6)
+	l.want(t, nsLB6, nsRemotePod6, nsNode6)
+
+	l.set(t, lbService6(localv1.TrafficPolicy_LOCAL, nsPod6+"+local", nsRemotePod6))
+	for range 5 {
+		l.want(t, nsNode6, nsPod6, nsClient6)
+		l.want(t, nsLB6, nsPod6, nsClient6)
+	}
+	l.set(t, lbService6(localv1.TrafficPolicy_LOCAL, nsRemotePod6))
+	if line, err := l.tcp(net.JoinHostPort(nsNode6, "30080"), 300*time.Millisecond); errName(err) != "timeout" {
+		t.Errorf("tcp to a Local node port without a local endpoint: %q, %v; want a timeout", line, err)
 	}
 }
 

@@ -17,13 +17,14 @@
 // one of the node's own addresses (masquerade, or a reply from a NodePort),
 // which the stack's input routing drops as a martian.
 //
-// IPv4 only for now; addresses are kept IPv4-mapped, as in the other maps,
-// so that IPv6 can share them.
+// IPv4 and IPv6 (without extension headers); IPv4 addresses are kept
+// IPv4-mapped (::ffff:a.b.c.d) in the maps, as in the others.
 
 #include <stddef.h>
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
+#include <linux/ipv6.h>
 #include <linux/in.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
@@ -33,6 +34,7 @@
 char __license[] SEC("license") = "Dual BSD/GPL";
 
 #define AF_INET 2
+#define AF_INET6 10
 
 // tcx verdicts (linux/bpf.h's TCX_NEXT and TCX_DROP, which Debian's headers
 // lack): a packet that is not kpng's, or that kpng translated, goes on to
@@ -89,35 +91,68 @@ struct pkt {
 	struct tuple t;
 	__u32 l4_off;   // of the TCP or UDP header
 	__u32 csum_off; // of its checksum
+	__u8 v6;
 };
 
-#define IP_OFF ETH_HLEN
+#define IP_OFF ETH_HLEN // the IP header: after the Ethernet one
 
-// parse4 reads an IPv4 TCP or UDP packet's tuple; 0 for anything else
-// (other protocols, later fragments, non-Ethernet frames).
-static __always_inline int parse4(struct __sk_buff *skb, struct pkt *p)
+static __always_inline int is_v4mapped(const __u32 *a)
+{
+	return a[0] == 0 && a[1] == 0 && a[2] == bpf_htonl(0x0000ffff);
+}
+
+static __always_inline void copy_addr(__u32 *dst, const __u32 *src)
+{
+	dst[0] = src[0];
+	dst[1] = src[1];
+	dst[2] = src[2];
+	dst[3] = src[3];
+}
+
+static __always_inline int same_addr(const __u32 *a, const __u32 *b)
+{
+	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3];
+}
+
+// parse reads an IPv4 or IPv6 TCP or UDP packet's tuple; 0 for anything
+// else (other protocols, IPv4 later fragments, IPv6 extension headers,
+// non-Ethernet frames).
+static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 {
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
 	struct ethhdr *eth = data;
-	struct iphdr *ip = data + ETH_HLEN;
 	__u16 ports[2];
 
-	if ((void *)(ip + 1) > end)
+	if ((void *)(eth + 1) > end)
 		return 0;
-	if (eth->h_proto != bpf_htons(ETH_P_IP) || ip->ihl < 5)
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = data + ETH_HLEN;
+		if ((void *)(ip + 1) > end || ip->ihl < 5)
+			return 0;
+		if (ip->frag_off & bpf_htons(0x1fff)) // no ports in a later fragment
+			return 0;
+		p->t.src[2] = bpf_htonl(0x0000ffff);
+		p->t.src[3] = ip->saddr;
+		p->t.dst[2] = bpf_htonl(0x0000ffff);
+		p->t.dst[3] = ip->daddr;
+		p->t.proto = ip->protocol;
+		p->l4_off = ETH_HLEN + ip->ihl * 4;
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = data + ETH_HLEN;
+		if ((void *)(ip6 + 1) > end)
+			return 0;
+		copy_addr(p->t.src, ip6->saddr.in6_u.u6_addr32);
+		copy_addr(p->t.dst, ip6->daddr.in6_u.u6_addr32);
+		p->t.proto = ip6->nexthdr;
+		p->l4_off = ETH_HLEN + sizeof(*ip6);
+		p->v6 = 1;
+	} else {
 		return 0;
-	if (ip->frag_off & bpf_htons(0x1fff)) // no ports in a later fragment
+	}
+	if (p->t.proto != IPPROTO_TCP && p->t.proto != IPPROTO_UDP)
 		return 0;
-	if (ip->protocol != IPPROTO_TCP && ip->protocol != IPPROTO_UDP)
-		return 0;
-	p->t.src[2] = bpf_htonl(0x0000ffff);
-	p->t.src[3] = ip->saddr;
-	p->t.dst[2] = bpf_htonl(0x0000ffff);
-	p->t.dst[3] = ip->daddr;
-	p->t.proto = ip->protocol;
-	p->l4_off = ETH_HLEN + ip->ihl * 4;
-	p->csum_off = p->l4_off + (ip->protocol == IPPROTO_TCP ? 16 : 6);
+	p->csum_off = p->l4_off + (p->t.proto == IPPROTO_TCP ? 16 : 6);
 	if (bpf_skb_load_bytes(skb, p->l4_off, ports, sizeof(ports)))
 		return 0;
 	p->t.sport = ports[0];
@@ -125,30 +160,42 @@ static __always_inline int parse4(struct __sk_buff *skb, struct pkt *p)
 	return 1;
 }
 
-// rewrite4 rewrites the packet's addresses and ports to n, with the IPv4
-// and TCP/UDP checksums updated incrementally (a UDP checksum of 0, none,
-// stays 0).
-static __always_inline int rewrite4(struct __sk_buff *skb, struct pkt *p, struct nat *n)
+// rewrite_addr replaces one address (off: in the IP header) with the
+// checksums updated incrementally.
+static __always_inline int rewrite_addr(struct __sk_buff *skb, struct pkt *p, __u32 off, __u32 *old, __u32 *new, __u64 l4f)
+{
+	if (same_addr(old, new))
+		return 0;
+	if (!p->v6) {
+		__u32 o = old[3], v = new[3];
+		if (bpf_l4_csum_replace(skb, p->csum_off, o, v, l4f | BPF_F_PSEUDO_HDR | 4) ||
+		    bpf_l3_csum_replace(skb, IP_OFF + offsetof(struct iphdr, check), o, v, 4) ||
+		    bpf_skb_store_bytes(skb, IP_OFF + off, &v, 4, 0))
+			return -1;
+		return 0;
+	}
+	// IPv6 has no header checksum; the TCP/UDP one covers the addresses.
+	__s64 diff = bpf_csum_diff(old, 16, new, 16, 0);
+	if (diff < 0)
+		return -1;
+	if (bpf_l4_csum_replace(skb, p->csum_off, 0, diff, l4f | BPF_F_PSEUDO_HDR) ||
+	    bpf_skb_store_bytes(skb, IP_OFF + off, new, 16, 0))
+		return -1;
+	return 0;
+}
+
+// rewrite rewrites the packet's addresses and ports to n, with the
+// checksums updated incrementally (an IPv4 UDP checksum of 0, none, stays
+// 0).
+static __always_inline int rewrite(struct __sk_buff *skb, struct pkt *p, struct nat *n)
 {
 	__u64 l4f = p->t.proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
-	__u32 o, v;
+	__u32 saddr = p->v6 ? offsetof(struct ipv6hdr, saddr) : offsetof(struct iphdr, saddr);
+	__u32 daddr = p->v6 ? offsetof(struct ipv6hdr, daddr) : offsetof(struct iphdr, daddr);
 
-	o = p->t.src[3];
-	v = n->src[3];
-	if (o != v) {
-		if (bpf_l4_csum_replace(skb, p->csum_off, o, v, l4f | BPF_F_PSEUDO_HDR | 4) ||
-		    bpf_l3_csum_replace(skb, IP_OFF + offsetof(struct iphdr, check), o, v, 4) ||
-		    bpf_skb_store_bytes(skb, IP_OFF + offsetof(struct iphdr, saddr), &v, 4, 0))
-			return -1;
-	}
-	o = p->t.dst[3];
-	v = n->dst[3];
-	if (o != v) {
-		if (bpf_l4_csum_replace(skb, p->csum_off, o, v, l4f | BPF_F_PSEUDO_HDR | 4) ||
-		    bpf_l3_csum_replace(skb, IP_OFF + offsetof(struct iphdr, check), o, v, 4) ||
-		    bpf_skb_store_bytes(skb, IP_OFF + offsetof(struct iphdr, daddr), &v, 4, 0))
-			return -1;
-	}
+	if (rewrite_addr(skb, p, saddr, p->t.src, n->src, l4f) ||
+	    rewrite_addr(skb, p, daddr, p->t.dst, n->dst, l4f))
+		return -1;
 	if (p->t.sport != n->sport) {
 		__u16 port = n->sport;
 		if (bpf_l4_csum_replace(skb, p->csum_off, p->t.sport, port, l4f | 2) ||
@@ -164,19 +211,33 @@ static __always_inline int rewrite4(struct __sk_buff *skb, struct pkt *p, struct
 	return 0;
 }
 
-// redirect4 forwards a packet translated at ingress to n->dst as the
-// kernel's routing would (the TTL decremented), without the stack's input
-// routing: ACT_NEXT leaves it to the stack when it is for the node itself.
-static __always_inline int redirect4(struct __sk_buff *skb, struct nat *n, __u8 proto)
+// fib looks up the route from src to dst as the node would forward a
+// packet that came in on this interface.
+static __always_inline long fib(struct __sk_buff *skb, struct pkt *p, struct bpf_fib_lookup *f, __u32 *src, __u32 *dst, __u32 flags)
 {
-	struct bpf_fib_lookup fib = {};
+	f->l4_protocol = p->t.proto;
+	f->ifindex = skb->ingress_ifindex;
+	if (p->v6) {
+		f->family = AF_INET6;
+		copy_addr(f->ipv6_src, src);
+		copy_addr(f->ipv6_dst, dst);
+	} else {
+		f->family = AF_INET;
+		f->ipv4_src = src[3];
+		f->ipv4_dst = dst[3];
+	}
+	return bpf_fib_lookup(skb, f, sizeof(*f), flags | BPF_FIB_LOOKUP_SKIP_NEIGH);
+}
 
-	fib.family = AF_INET;
-	fib.l4_protocol = proto;
-	fib.ipv4_src = n->src[3];
-	fib.ipv4_dst = n->dst[3];
-	fib.ifindex = skb->ingress_ifindex;
-	long r = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
+// redirect forwards a packet translated at ingress to n->dst as the
+// kernel's routing would (TTL or hop limit decremented), without the
+// stack's input routing: ACT_NEXT leaves it to the stack when it is for the
+// node itself.
+static __always_inline int redirect(struct __sk_buff *skb, struct pkt *p, struct nat *n)
+{
+	struct bpf_fib_lookup f = {};
+
+	long r = fib(skb, p, &f, n->src, n->dst, 0);
 	if (r == BPF_FIB_LKUP_RET_NOT_FWDED)
 		return ACT_NEXT;
 	if (r != BPF_FIB_LKUP_RET_SUCCESS)
@@ -184,16 +245,23 @@ static __always_inline int redirect4(struct __sk_buff *skb, struct nat *n, __u8 
 
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
-	struct iphdr *ip = data + ETH_HLEN;
-	if ((void *)(ip + 1) > end || ip->ttl <= 1)
-		return ACT_DROP;
-	// TTL and protocol share a 16-bit word of the header checksum.
-	__u16 old = *(__u16 *)&ip->ttl;
-	ip->ttl--;
-	__u16 new = *(__u16 *)&ip->ttl;
-	if (bpf_l3_csum_replace(skb, IP_OFF + offsetof(struct iphdr, check), old, new, 2))
-		return ACT_DROP;
-	return bpf_redirect_neigh(fib.ifindex, 0, 0, 0);
+	if (p->v6) {
+		struct ipv6hdr *ip6 = data + ETH_HLEN;
+		if ((void *)(ip6 + 1) > end || ip6->hop_limit <= 1)
+			return ACT_DROP;
+		ip6->hop_limit--;
+	} else {
+		struct iphdr *ip = data + ETH_HLEN;
+		if ((void *)(ip + 1) > end || ip->ttl <= 1)
+			return ACT_DROP;
+		// TTL and protocol share a 16-bit word of the header checksum.
+		__u16 old = *(__u16 *)&ip->ttl;
+		ip->ttl--;
+		__u16 new = *(__u16 *)&ip->ttl;
+		if (bpf_l3_csum_replace(skb, IP_OFF + offsetof(struct iphdr, check), old, new, 2))
+			return ACT_DROP;
+	}
+	return bpf_redirect_neigh(f.ifindex, 0, 0, 0);
 }
 
 // reverse translates a reply of a known connection: 0 if it is not one, 1
@@ -204,7 +272,7 @@ static __always_inline int reverse(struct __sk_buff *skb, struct pkt *p, struct 
 	if (!rn)
 		return 0;
 	*n = *rn;
-	if (rewrite4(skb, p, n))
+	if (rewrite(skb, p, n))
 		return -1;
 	return 1;
 }
@@ -232,25 +300,22 @@ static __always_inline struct endpoint *pick_endpoint(struct svc_key *k, struct 
 // is the node itself (nothing to masquerade); -1: drop.
 static __always_inline int masquerade(struct __sk_buff *skb, struct pkt *p, struct nat *n, struct nat *rev)
 {
-	struct bpf_fib_lookup fib = {};
+	struct bpf_fib_lookup f = {};
 	struct tuple rk = {};
 
-	fib.family = AF_INET;
-	fib.l4_protocol = p->t.proto;
-	fib.ipv4_src = p->t.src[3];
-	fib.ipv4_dst = n->dst[3];
-	fib.ifindex = skb->ingress_ifindex;
-	long r = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SRC | BPF_FIB_LOOKUP_SKIP_NEIGH);
+	long r = fib(skb, p, &f, p->t.src, n->dst, BPF_FIB_LOOKUP_SRC);
 	if (r == BPF_FIB_LKUP_RET_NOT_FWDED)
 		return 1;
 	if (r != BPF_FIB_LKUP_RET_SUCCESS)
 		return -1;
-	n->src[3] = fib.ipv4_src;
+	if (p->v6)
+		copy_addr(n->src, f.ipv6_src);
+	else
+		n->src[3] = f.ipv4_src;
 
-	rk.src[2] = rk.dst[2] = bpf_htonl(0x0000ffff);
-	rk.src[3] = n->dst[3];
+	copy_addr(rk.src, n->dst);
 	rk.sport = n->dport;
-	rk.dst[3] = n->src[3];
+	copy_addr(rk.dst, n->src);
 	rk.proto = p->t.proto;
 	__u16 port = p->t.sport;
 	for (int i = 0; i < NAT_PORT_TRIES; i++) {
@@ -270,8 +335,7 @@ static __always_inline int masquerade(struct __sk_buff *skb, struct pkt *p, stru
 static __always_inline int forward(struct __sk_buff *skb, struct pkt *p)
 {
 	struct svc_key k = {};
-	k.addr[2] = p->t.dst[2];
-	k.addr[3] = p->t.dst[3];
+	copy_addr(k.addr, p->t.dst);
 	k.port = p->t.dport;
 	k.proto = p->t.proto;
 	k.scope = SCOPE_OUTSIDE;
@@ -283,50 +347,51 @@ static __always_inline int forward(struct __sk_buff *skb, struct pkt *p)
 	// deletes the conntrack entries of a removed UDP endpoint).
 	if (known && (p->t.proto == IPPROTO_TCP || (svc && svc->set == known->set))) {
 		struct nat copy = *known;
-		if (rewrite4(skb, p, &copy))
+		if (rewrite(skb, p, &copy))
 			return ACT_DROP;
-		return redirect4(skb, &copy, p->t.proto);
+		return redirect(skb, p, &copy);
 	}
 	if (!svc)
 		return ACT_NEXT;
 	if (svc->count == 0) // no endpoint (for this node, under Local): dropped
 		return ACT_DROP;
 	int masq = svc->flags & SVC_F_MASQ;
+	__u32 set = svc->set;
 	struct endpoint *ep = pick_endpoint(&k, svc);
-	if (!ep || ep->addr[2] != bpf_htonl(0x0000ffff))
+	if (!ep || is_v4mapped(ep->addr) == p->v6) // not of the packet's family
 		return ACT_DROP;
 
 	struct nat n = {}, rev = {};
-	n.set = svc->set;
-	n.src[2] = n.dst[2] = bpf_htonl(0x0000ffff);
-	n.src[3] = p->t.src[3];
+	n.set = set;
+	copy_addr(n.src, p->t.src);
 	n.sport = p->t.sport;
-	n.dst[3] = ep->addr[3];
+	copy_addr(n.dst, ep->addr);
 	n.dport = ep->port;
 	// The replies: from the endpoint, back to the frontend's client.
-	rev.src[2] = rev.dst[2] = bpf_htonl(0x0000ffff);
-	rev.src[3] = p->t.dst[3];
+	copy_addr(rev.src, p->t.dst);
 	rev.sport = p->t.dport;
-	rev.dst[3] = p->t.src[3];
+	copy_addr(rev.dst, p->t.src);
 	rev.dport = p->t.sport;
 
-	if (masq && masquerade(skb, p, &n, &rev) < 0)
+	int r = 1;
+	if (masq)
+		r = masquerade(skb, p, &n, &rev);
+	if (r < 0)
 		return ACT_DROP;
-	if (n.src[3] == p->t.src[3] && n.sport == p->t.sport) {
+	if (r > 0) {
 		// Not masqueraded: the replies go to the client itself.
 		struct tuple rk = {};
-		rk.src[2] = rk.dst[2] = bpf_htonl(0x0000ffff);
-		rk.src[3] = n.dst[3];
+		copy_addr(rk.src, n.dst);
 		rk.sport = n.dport;
-		rk.dst[3] = n.src[3];
+		copy_addr(rk.dst, n.src);
 		rk.dport = n.sport;
 		rk.proto = p->t.proto;
 		bpf_map_update_elem(&kpng_rct, &rk, &rev, BPF_ANY);
 	}
 	bpf_map_update_elem(&kpng_ct, &p->t, &n, BPF_ANY);
-	if (rewrite4(skb, p, &n))
+	if (rewrite(skb, p, &n))
 		return ACT_DROP;
-	return redirect4(skb, &n, p->t.proto);
+	return redirect(skb, p, &n);
 }
 
 SEC("tcx/ingress")
@@ -335,13 +400,13 @@ int kpng_nodeport_in(struct __sk_buff *skb)
 	struct pkt p = {};
 	struct nat n;
 
-	if (!parse4(skb, &p))
+	if (!parse(skb, &p))
 		return ACT_NEXT;
 	int r = reverse(skb, &p, &n);
 	if (r < 0)
 		return ACT_DROP;
 	if (r > 0)
-		return redirect4(skb, &n, p.t.proto);
+		return redirect(skb, &p, &n);
 	return forward(skb, &p);
 }
 
@@ -351,7 +416,7 @@ int kpng_nodeport_out(struct __sk_buff *skb)
 	struct pkt p = {};
 	struct nat n;
 
-	if (!parse4(skb, &p))
+	if (!parse(skb, &p))
 		return ACT_NEXT;
 	return reverse(skb, &p, &n) < 0 ? ACT_DROP : ACT_NEXT;
 }
