@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -51,6 +53,7 @@ const (
 	nsCluster6   = "fd00:96::20"
 	nsNodeToPod6 = "fd00:244::1"
 	nsCluster    = "10.96.100.20"
+	nsHealthPort = 30099 // the Local Services' health-check node port
 )
 
 type nsLab struct {
@@ -58,6 +61,7 @@ type nsLab struct {
 	pins, cgroup           string
 	st                     *backend.State
 	b                      backend.Backend
+	opts                   backend.Options
 	plugin                 *Plugin
 	cancel                 context.CancelFunc
 	first                  bool
@@ -190,17 +194,18 @@ func (l *nsLab) open(t *testing.T) {
 	t.Cleanup(cancel)
 	p := &Plugin{Config: Config{PinPath: l.pins, CgroupPath: l.cgroup, Interfaces: "eth0,vp"}, set: true}
 	var b backend.Backend
+	var opts backend.Options
 	start := time.Now()
 	err := l.node.Do(func() error {
 		var err error
-		b, _, err = p.Open(ctx, backend.Env{NodeName: "node-1"})
+		b, opts, err = p.Open(ctx, backend.Env{NodeName: "node-1"})
 		return err
 	})
 	if err != nil {
 		t.Fatalf("%+v", err)
 	}
 	t.Logf("Open (load, attach 8 socket programs and 4 tc links): %v", time.Since(start).Round(time.Microsecond))
-	l.plugin, l.b, l.cancel, l.first = p, b, cancel, true
+	l.plugin, l.b, l.opts, l.cancel, l.first = p, b, opts, cancel, true
 	l.st = backend.NewState("node-1")
 	l.st.Node = &localv1.Node{Name: "node-1", Addresses: []string{nsNode, nsNode6}}
 }
@@ -220,6 +225,42 @@ func (l *nsLab) set(t *testing.T, se *localv1.ServiceEndpoints) {
 	if err := l.b.Sync(context.Background(), l.st, ch); err != nil {
 		t.Fatal(err)
 	}
+	// What the driver does after a sync (the health-check listeners),
+	// inside the node's namespace, where they listen.
+	if err := l.node.Do(func() error {
+		l.opts.OnSync(backend.SyncResult{State: l.st, Changes: ch})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// healthCheck asks the node's health-check node port, from the client,
+// and returns the status code and the body.
+func (l *nsLab) healthCheck(t *testing.T, port int) (int, string) {
+	t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := l.cli.Do(func() error {
+				var err error
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+	}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get(fmt.Sprintf("http://%s/", net.JoinHostPort(nsNode, fmt.Sprint(port))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
 }
 
 // lbService is a LoadBalancer Service: TCP 80 (node port 30080) and UDP
@@ -234,11 +275,14 @@ func lbService(policy localv1.TrafficPolicy, eps ...string) *localv1.ServiceEndp
 			{Name: "dns", Protocol: localv1.Protocol_UDP, Port: 53, NodePort: 30053, HasEndpoints: len(eps) > 0},
 		},
 	}}
+	if policy == localv1.TrafficPolicy_LOCAL {
+		se.Service.HealthCheckNodePort = nsHealthPort
+	}
 	for _, ep := range eps {
 		ip, local := strings.CutSuffix(ep, "+local")
 		se.Endpoints = append(se.Endpoints,
-			&localv1.Endpoint{PortName: "http", Protocol: localv1.Protocol_TCP, Ip: ip, Port: 8080, Ready: true, InClusterSet: true, InLocalSet: local},
-			&localv1.Endpoint{PortName: "dns", Protocol: localv1.Protocol_UDP, Ip: ip, Port: 5353, Ready: true, InClusterSet: true, InLocalSet: local})
+			&localv1.Endpoint{PortName: "http", Protocol: localv1.Protocol_TCP, Ip: ip, Port: 8080, Ready: true, InClusterSet: true, InLocalSet: local, OnThisNode: local},
+			&localv1.Endpoint{PortName: "dns", Protocol: localv1.Protocol_UDP, Ip: ip, Port: 5353, Ready: true, InClusterSet: true, InLocalSet: local, OnThisNode: local})
 	}
 	return se
 }
@@ -362,9 +406,19 @@ func TestNodePortFromOutside(t *testing.T) {
 		l.want(t, nsLB, nsPod, nsClient)
 	}
 
+	// The health-check node port, as kube-proxy serves it: this node has
+	// an endpoint.
+	if code, body := l.healthCheck(t, nsHealthPort); code != http.StatusOK || !strings.Contains(body, `"localEndpoints": 1`) {
+		t.Errorf("health check with a local endpoint: %d %s", code, body)
+	}
+
 	// Local policy without an endpoint on this node: dropped, as
-	// kube-proxy drops (the client's wait is the only way to see a drop).
+	// kube-proxy drops (the client's wait is the only way to see a drop),
+	// and the health check fails so that the load balancer avoids the node.
 	l.set(t, lbService(localv1.TrafficPolicy_LOCAL, nsRemotePod))
+	if code, body := l.healthCheck(t, nsHealthPort); code != http.StatusServiceUnavailable || !strings.Contains(body, `"localEndpoints": 0`) {
+		t.Errorf("health check without a local endpoint: %d %s", code, body)
+	}
 	if line, err := l.tcp(nsNode+":30080", 300*time.Millisecond); errName(err) != "timeout" {
 		t.Errorf("tcp to a Local node port without a local endpoint: %q, %v; want a timeout", line, err)
 	}

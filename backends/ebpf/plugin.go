@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/proxyutil/healthcheck"
 )
 
 func init() {
@@ -118,11 +119,18 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, ba
 		o.Close() // the pins keep the maps and links
 	}()
 	klog.FromContext(ctx).Info("Attached the programs", "cgroup", cg, "interfaces", ifaces, "pinPath", c.PinPath)
+	// The health-check node ports of Services with externalTrafficPolicy
+	// Local, served as kube-proxy serves them, on the node's primary
+	// addresses (where the node ports are); the tc programs let their
+	// packets through (they are no frontend).
+	hc := healthcheck.NewServiceHealthServer(healthcheck.ServiceOptions{NodePortAddresses: []string{"primary"}})
+	context.AfterFunc(ctx, hc.Close)
 	d := NewDataplane(o.Maps())
 	return d, backend.Options{
 		MinSyncPeriod: c.MinSyncPeriod,
 		ResyncPeriod:  c.SyncPeriod,
 		LastSyncFull:  d.LastSyncFull,
+		OnSync:        hc.OnSync,
 	}, nil
 }
 
