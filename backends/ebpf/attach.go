@@ -87,8 +87,8 @@ func Load(pinDir string) (*Objects, error) {
 		}
 		return nil, fmt.Errorf("loading the socket programs: %w", err)
 	}
-	// The node-port programs read the socket programs' frontends and sets:
-	// the same maps, not copies.
+	// The node-port programs read the socket programs' frontends, sets and
+	// members: the same maps, not copies.
 	npSpec, err := loadNodeport()
 	if err != nil {
 		o.objs.Close()
@@ -100,7 +100,7 @@ func Load(pinDir string) (*Objects, error) {
 		}
 	}
 	npOpts := *opts
-	npOpts.MapReplacements = map[string]*ebpf.Map{"kpng_services": o.objs.KpngServices, "kpng_slots": o.objs.KpngSlots}
+	npOpts.MapReplacements = map[string]*ebpf.Map{"kpng_services": o.objs.KpngServices, "kpng_slots": o.objs.KpngSlots, "kpng_members": o.objs.KpngMembers}
 	if err := npSpec.LoadAndAssign(&o.np, &npOpts); err != nil {
 		o.objs.Close()
 		if errors.Is(err, ebpf.ErrMapIncompatible) {

@@ -13,11 +13,30 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type nodeportClientAffinityKey struct {
+	_          structs.HostLayout
+	Addr       [4]uint32
+	AffinityId uint32
+}
+
+type nodeportClientAffinityVal struct {
+	_      structs.HostLayout
+	Ep     nodeportEndpoint
+	Pad    uint32
+	LastNs uint64
+}
+
 type nodeportEndpoint struct {
 	_    structs.HostLayout
 	Addr [4]uint32
 	Port uint16
 	Pad  uint16
+}
+
+type nodeportMemberKey struct {
+	_   structs.HostLayout
+	Set uint32
+	Ep  nodeportEndpoint
 }
 
 type nodeportNat struct {
@@ -66,12 +85,14 @@ type nodeportTuple struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	nodeportMapKpngCt           = "kpng_ct"
-	nodeportMapKpngRct          = "kpng_rct"
-	nodeportMapKpngServices     = "kpng_services"
-	nodeportMapKpngSlots        = "kpng_slots"
-	nodeportProgKpngNodeportIn  = "kpng_nodeport_in"
-	nodeportProgKpngNodeportOut = "kpng_nodeport_out"
+	nodeportMapKpngClientAffinity = "kpng_client_affinity"
+	nodeportMapKpngCt             = "kpng_ct"
+	nodeportMapKpngMembers        = "kpng_members"
+	nodeportMapKpngRct            = "kpng_rct"
+	nodeportMapKpngServices       = "kpng_services"
+	nodeportMapKpngSlots          = "kpng_slots"
+	nodeportProgKpngNodeportIn    = "kpng_nodeport_in"
+	nodeportProgKpngNodeportOut   = "kpng_nodeport_out"
 )
 
 // loadNodeport returns the embedded CollectionSpec for nodeport.
@@ -124,10 +145,12 @@ type nodeportProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type nodeportMapSpecs struct {
-	KpngCt       *ebpf.MapSpec `ebpf:"kpng_ct"`
-	KpngRct      *ebpf.MapSpec `ebpf:"kpng_rct"`
-	KpngServices *ebpf.MapSpec `ebpf:"kpng_services"`
-	KpngSlots    *ebpf.MapSpec `ebpf:"kpng_slots"`
+	KpngClientAffinity *ebpf.MapSpec `ebpf:"kpng_client_affinity"`
+	KpngCt             *ebpf.MapSpec `ebpf:"kpng_ct"`
+	KpngMembers        *ebpf.MapSpec `ebpf:"kpng_members"`
+	KpngRct            *ebpf.MapSpec `ebpf:"kpng_rct"`
+	KpngServices       *ebpf.MapSpec `ebpf:"kpng_services"`
+	KpngSlots          *ebpf.MapSpec `ebpf:"kpng_slots"`
 }
 
 // nodeportVariableSpecs contains global variables before they are loaded into the kernel.
@@ -156,15 +179,19 @@ func (o *nodeportObjects) Close() error {
 //
 // It can be passed to loadNodeportObjects or ebpf.CollectionSpec.LoadAndAssign.
 type nodeportMaps struct {
-	KpngCt       *ebpf.Map `ebpf:"kpng_ct"`
-	KpngRct      *ebpf.Map `ebpf:"kpng_rct"`
-	KpngServices *ebpf.Map `ebpf:"kpng_services"`
-	KpngSlots    *ebpf.Map `ebpf:"kpng_slots"`
+	KpngClientAffinity *ebpf.Map `ebpf:"kpng_client_affinity"`
+	KpngCt             *ebpf.Map `ebpf:"kpng_ct"`
+	KpngMembers        *ebpf.Map `ebpf:"kpng_members"`
+	KpngRct            *ebpf.Map `ebpf:"kpng_rct"`
+	KpngServices       *ebpf.Map `ebpf:"kpng_services"`
+	KpngSlots          *ebpf.Map `ebpf:"kpng_slots"`
 }
 
 func (m *nodeportMaps) Close() error {
 	return _NodeportClose(
+		m.KpngClientAffinity,
 		m.KpngCt,
+		m.KpngMembers,
 		m.KpngRct,
 		m.KpngServices,
 		m.KpngSlots,

@@ -438,6 +438,23 @@ func TestNodePortFromOutside(t *testing.T) {
 		t.Errorf("30 connections to two endpoints reached %v", seen)
 	}
 
+	// ClientIP affinity: every connection of the client to one endpoint.
+	aff := lbService(localv1.TrafficPolicy_CLUSTER, nsPod+"+local", nsRemotePod)
+	aff.Service.ClientIpAffinitySeconds = 10800
+	l.set(t, aff)
+	seen = map[string]bool{}
+	for range 20 {
+		line, err := l.tcp(nsNode+":30080", 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ep, _, _ := strings.Cut(line, " ")
+		seen[ep] = true
+	}
+	if len(seen) != 1 {
+		t.Errorf("20 connections of one client with ClientIP affinity reached %v", seen)
+	}
+
 	// A UDP flow (datagrams of one client socket) keeps its endpoint, and
 	// moves when the endpoint leaves, as kube-proxy's deletion of a removed
 	// UDP endpoint's conntrack entries makes it.

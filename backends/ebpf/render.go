@@ -95,7 +95,7 @@ type Rendered struct {
 // The same addresses (but cluster IPs) are also outside frontends, for the
 // tc programs: packets from outside the node use the local set and keep
 // their source under externalTrafficPolicy Local, and the cluster set with
-// masquerade under Cluster. They have no session affinity (yet).
+// masquerade under Cluster; ClientIP affinity is per client address.
 func Render(se *localv1.ServiceEndpoints, nodeAddrs []netip.Addr) (*Rendered, error) {
 	svc := se.Service
 	key := backend.KeyOf(se)
@@ -153,9 +153,9 @@ func Render(se *localv1.ServiceEndpoints, nodeAddrs []netip.Addr) (*Rendered, er
 			internal = base + "/local"
 			r.Sets[internal] = local
 		}
-		outside := Route{Set: base + "/cluster", Masquerade: true}
+		outside := Route{Set: base + "/cluster", AffinitySec: affinity, AffinityKey: base, Masquerade: true}
 		if svc.ExternalTrafficPolicy == localv1.TrafficPolicy_LOCAL {
-			outside = Route{Set: base + "/local"}
+			outside.Set, outside.Masquerade = base+"/local", false
 			r.Sets[outside.Set] = local
 		}
 		r.add(Frontend{Addr: clusterIP, Port: uint16(port.Port), Proto: proto}, route(internal))

@@ -1,5 +1,6 @@
 // The maps that both the socket programs (sock.c) and the node-port
-// programs (nodeport.c) read: the frontends and the backend sets. kpng
+// programs (nodeport.c) read: the frontends, the backend sets and their
+// members. kpng
 // writes them (backends/ebpf); the Go side loads nodeport.c with sock.c's
 // maps in their place, so that both see the same entries.
 
@@ -56,3 +57,19 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kpng_slots SEC(".maps");
+
+struct member_key {
+	__u32 set;
+	struct endpoint ep;
+};
+
+// Which endpoints a set holds: an affinity is followed only while its
+// endpoint is still in the Service's set.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 131072);
+	__type(key, struct member_key);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_members SEC(".maps");

@@ -87,6 +87,27 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kpng_rct SEC(".maps");
 
+// ClientIP session affinity from outside: one client address to one
+// endpoint of one Service port (the affinity id kpng gives the port).
+struct client_affinity_key {
+	__u32 addr[4];
+	__u32 affinity_id;
+};
+
+struct client_affinity_val {
+	struct endpoint ep;
+	__u32 pad;
+	__u64 last_ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct client_affinity_key);
+	__type(value, struct client_affinity_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_client_affinity SEC(".maps");
+
 struct pkt {
 	struct tuple t;
 	__u32 l4_off;   // of the TCP or UDP header
@@ -357,16 +378,52 @@ static __always_inline int forward(struct __sk_buff *skb, struct pkt *p)
 		return ACT_DROP;
 	int masq = svc->flags & SVC_F_MASQ;
 	__u32 set = svc->set;
-	struct endpoint *ep = pick_endpoint(&k, svc);
-	if (!ep || is_v4mapped(ep->addr) == p->v6) // not of the packet's family
+	struct endpoint chosen = {};
+	int have = 0;
+
+	// ClientIP affinity: the client's endpoint while fresh and still in
+	// the set, as for the sockets (where the client is a network
+	// namespace).
+	struct client_affinity_key ak = {};
+	__u64 now = 0;
+	__u32 affinity_sec = svc->affinity_sec;
+	if (affinity_sec) {
+		copy_addr(ak.addr, p->t.src);
+		ak.affinity_id = svc->affinity_id;
+		now = bpf_ktime_get_ns();
+		struct client_affinity_val *av = bpf_map_lookup_elem(&kpng_client_affinity, &ak);
+		if (av && now - av->last_ns <= (__u64)affinity_sec * 1000000000ULL) {
+			struct member_key mk = {};
+			mk.set = set;
+			mk.ep = av->ep;
+			if (bpf_map_lookup_elem(&kpng_members, &mk)) {
+				av->last_ns = now;
+				chosen = av->ep;
+				have = 1;
+			}
+		}
+	}
+	if (!have) {
+		struct endpoint *ep = pick_endpoint(&k, svc);
+		if (!ep)
+			return ACT_DROP;
+		chosen = *ep;
+		if (affinity_sec) {
+			struct client_affinity_val av = {};
+			av.ep = chosen;
+			av.last_ns = now;
+			bpf_map_update_elem(&kpng_client_affinity, &ak, &av, BPF_ANY);
+		}
+	}
+	if (is_v4mapped(chosen.addr) == p->v6) // not of the packet's family
 		return ACT_DROP;
 
 	struct nat n = {}, rev = {};
 	n.set = set;
 	copy_addr(n.src, p->t.src);
 	n.sport = p->t.sport;
-	copy_addr(n.dst, ep->addr);
-	n.dport = ep->port;
+	copy_addr(n.dst, chosen.addr);
+	n.dport = chosen.port;
 	// The replies: from the endpoint, back to the frontend's client.
 	copy_addr(rev.src, p->t.dst);
 	rev.sport = p->t.dport;

@@ -44,22 +44,6 @@ struct affinity_val {
 	__u64 last_ns;
 };
 
-struct member_key {
-	__u32 set;
-	struct endpoint ep;
-};
-
-// Which endpoints a set holds: an affinity is followed only while its
-// endpoint is still in the Service's set.
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 131072);
-	__type(key, struct member_key);
-	__type(value, __u32);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} kpng_members SEC(".maps");
-
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
