@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
 	"github.com/kpng/kpng/internal/netnstest"
+	"github.com/kpng/kpng/local/backendtest"
 )
 
 // The north-south lab: an outside network (the client's namespace, which
@@ -621,5 +623,98 @@ func TestNodePortLatency(t *testing.T) {
 		time.Duration(d), time.Duration(v), 100*float64(v-d)/float64(d), rounds, perRound, runs, perPacket)
 	if v > 3*d {
 		t.Errorf("a request through the node port takes %v, to the pod %v", time.Duration(v), time.Duration(d))
+	}
+}
+
+// TestNodePortFollowsTheView drives the north-south programs with the views
+// the brain computes from Kubernetes objects (local/backendtest): a
+// LoadBalancer Service whose endpoints are on this node and another, under
+// externalTrafficPolicy Local then Cluster.
+func TestNodePortFollowsTheView(t *testing.T) {
+	l := newNSLab(t)
+	c := backendtest.NewCluster("node-1")
+	apply := func(policy string) {
+		t.Helper()
+		c.Apply(t, []byte(fmt.Sprintf(`
+apiVersion: v1
+kind: Node
+metadata: {name: node-1}
+status:
+  addresses: [{type: InternalIP, address: %s}]
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node-2}
+status:
+  addresses: [{type: InternalIP, address: %s}]
+---
+apiVersion: v1
+kind: Service
+metadata: {namespace: default, name: lb}
+spec:
+  type: LoadBalancer
+  clusterIP: %s
+  clusterIPs: [%s]
+  externalTrafficPolicy: %s
+  healthCheckNodePort: %d
+  ports:
+  - {name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30080}
+  - {name: dns, protocol: UDP, port: 53, targetPort: 5353, nodePort: 30053}
+status:
+  loadBalancer:
+    ingress: [{ip: %s, ipMode: VIP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  namespace: default
+  name: lb-abcde
+  labels: {kubernetes.io/service-name: lb}
+addressType: IPv4
+ports: [{name: http, protocol: TCP, port: 8080}, {name: dns, protocol: UDP, port: 5353}]
+endpoints:
+- {addresses: [%s], nodeName: node-1, conditions: {ready: true}}
+- {addresses: [%s], nodeName: node-2, conditions: {ready: true}}
+`, nsNode, nsRemote, nsCluster, nsCluster, policy, nsHealthPort, nsLB, nsPod, nsRemotePod)))
+		st, ch := c.Next(t)
+		if err := l.b.Sync(context.Background(), st, ch); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.node.Do(func() error {
+			l.opts.OnSync(backend.SyncResult{State: st, Changes: ch})
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reached := func(host string) map[string]bool {
+		t.Helper()
+		seen := map[string]bool{}
+		for range 20 {
+			line, err := l.tcp(host, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ep, src, _ := strings.Cut(line, " from ")
+			h, _, _ := net.SplitHostPort(src)
+			seen[ep+" from "+h] = true
+		}
+		return seen
+	}
+
+	apply("Local") // this node's endpoint only, the client's address kept
+	for _, host := range []string{nsNode + ":30080", nsLB + ":80"} {
+		if seen, want := reached(host), map[string]bool{nsPod + ":8080 from " + nsClient: true}; !maps.Equal(seen, want) {
+			t.Errorf("Local, %s: reached %v, want %v", host, seen, want)
+		}
+	}
+	if code, body := l.healthCheck(t, nsHealthPort); code != http.StatusOK || !strings.Contains(body, `"localEndpoints": 1`) {
+		t.Errorf("health check: %d %s", code, body)
+	}
+
+	apply("Cluster") // both endpoints, masqueraded
+	want := map[string]bool{nsPod + ":8080 from " + nsNodeToPod: true, nsRemotePod + ":8080 from " + nsNode: true}
+	if seen := reached(nsNode + ":30080"); !maps.Equal(seen, want) {
+		t.Errorf("Cluster: reached %v, want %v", seen, want)
 	}
 }
