@@ -142,7 +142,7 @@ func newNSLab(t *testing.T) *nsLab {
 			t.Errorf("removing the pins: %v", err)
 		}
 	})
-	l.open(t)
+	l.open(t, "eth0,vp")
 	return l
 }
 
@@ -186,15 +186,15 @@ func nsServe(t *testing.T, ns *netnstest.Netns, ip string) {
 	}()
 }
 
-// open starts the backend with its tc programs on the node's eth0 and vp,
-// attached from a thread inside the node's namespace (the interface names
+// open starts the backend with its tc programs on the node's interfaces
+// (eth0 and vp, unless a test says otherwise), attached from a thread inside the node's namespace (the interface names
 // are resolved there), as a new run of kpng would: its first sync is a
 // reset.
-func (l *nsLab) open(t *testing.T) {
+func (l *nsLab) open(t *testing.T, interfaces string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	p := &Plugin{Config: Config{PinPath: l.pins, CgroupPath: l.cgroup, Interfaces: "eth0,vp"}, set: true}
+	p := &Plugin{Config: Config{PinPath: l.pins, CgroupPath: l.cgroup, Interfaces: interfaces}, set: true}
 	var b backend.Backend
 	var opts backend.Options
 	start := time.Now()
@@ -206,7 +206,7 @@ func (l *nsLab) open(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%+v", err)
 	}
-	t.Logf("Open (load, attach 8 socket programs and 4 tc links): %v", time.Since(start).Round(time.Microsecond))
+	t.Logf("Open (load, attach 8 socket programs, tc programs on %s): %v", interfaces, time.Since(start).Round(time.Microsecond))
 	l.plugin, l.b, l.opts, l.cancel, l.first = p, b, opts, cancel, true
 	l.st = backend.NewState("node-1")
 	l.st.Node = &localv1.Node{Name: "node-1", Addresses: []string{nsNode, nsNode6}}
@@ -481,13 +481,25 @@ func TestNodePortFromOutside(t *testing.T) {
 	l.set(t, lbService(localv1.TrafficPolicy_CLUSTER, nsPod+"+local"))
 	l.stop()
 	l.want(t, nsNode, nsPod, nsNodeToPod)
-	l.open(t)
+	l.open(t, "eth0,vp")
 	l.want(t, nsNode, nsPod, nsNodeToPod) // before the first sync
 	l.set(t, lbService(localv1.TrafficPolicy_CLUSTER, nsRemotePod))
 	l.want(t, nsNode, nsRemotePod, nsNode)
 	if links := tcLinks(t, l.pins); !slices.Equal(links, []string{"link_tcx_in_eth0", "link_tcx_in_vp", "link_tcx_out_eth0", "link_tcx_out_vp"}) {
 		t.Errorf("pinned tc links: %v", links)
 	}
+
+	// A restart with vp no longer listed: its links are detached. Under
+	// Local the pod's replies are then routed by the node untranslated and
+	// translated at eth0's egress.
+	l.stop()
+	l.open(t, "eth0")
+	l.set(t, lbService(localv1.TrafficPolicy_LOCAL, nsPod+"+local"))
+	if links := tcLinks(t, l.pins); !slices.Equal(links, []string{"link_tcx_in_eth0", "link_tcx_out_eth0"}) {
+		t.Errorf("pinned tc links with eth0 only: %v", links)
+	}
+	l.want(t, nsNode, nsPod, nsClient)
+	l.want(t, nsLB, nsPod, nsClient)
 
 	// --cleanup detaches the tc programs: the node port is the node's own
 	// closed port again.
