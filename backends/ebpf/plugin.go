@@ -83,8 +83,9 @@ func (p *Plugin) config() Config {
 
 // Open implements backend.Plugin: it loads the programs with their pinned
 // maps and attaches them: the socket programs to the cgroup, the node-port
-// programs to the interfaces (of the calling thread's network namespace). The maps keep what an earlier run wrote until the
-// first sync reconciles them with the view.
+// programs to the interfaces (of the calling thread's network namespace).
+// The maps keep what an earlier run wrote until the first sync reconciles
+// them with the view.
 func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, backend.Options, error) {
 	c := p.config()
 	if c.PinPath == "" {
