@@ -179,6 +179,9 @@ func (o *Objects) AttachInterfaces(names []string, pinDir string) error {
 		if err != nil {
 			return fmt.Errorf("interface %s: %w", name, err)
 		}
+		if !isEthernet(ifc) {
+			return fmt.Errorf("interface %s is not an Ethernet interface: the node-port programs parse Ethernet frames", name)
+		}
 		for _, h := range tcHooks {
 			prog := h.prog(&o.np.nodeportPrograms)
 			pin := filepath.Join(pinDir, "link_tcx_"+h.dir+"_"+name)
@@ -263,8 +266,12 @@ func Remove(pinDir string) error {
 	return errors.Join(errs...)
 }
 
+// isEthernet: the interface's frames start with an Ethernet header (it
+// has a 6-byte hardware address; a tunnel or WireGuard device has none).
+func isEthernet(ifc *net.Interface) bool { return len(ifc.HardwareAddr) == 6 }
+
 // NodeInterfaces returns the interfaces that hold the node's addresses:
-// those that are up and have a global unicast address (loopback excluded).
+// the Ethernet ones that are up and have a global unicast address.
 func NodeInterfaces() ([]string, error) {
 	ifcs, err := net.Interfaces()
 	if err != nil {
@@ -272,7 +279,7 @@ func NodeInterfaces() ([]string, error) {
 	}
 	var names []string
 	for _, ifc := range ifcs {
-		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 || !isEthernet(&ifc) {
 			continue
 		}
 		addrs, err := ifc.Addrs()

@@ -730,3 +730,31 @@ endpoints:
 		t.Errorf("Cluster: reached %v, want %v", seen, want)
 	}
 }
+
+// TestNodeInterfaces: --ebpf-interfaces=auto picks the Ethernet interfaces
+// that are up and hold a global address, in the calling thread's namespace.
+func TestNodeInterfaces(t *testing.T) {
+	netnstest.RequireRoot(t)
+	ns := netnstest.New(t, "npi")
+	if err := ns.IPBatch(
+		"link add v0 type veth peer name v1",
+		"addr add 10.9.0.1/24 dev v0", "link set v0 up", // picked
+		"link set v1 up", // no global address
+		"link add v2 type veth peer name v3",
+		"addr add 10.9.2.1/24 dev v2",                                             // down
+		"tuntap add t0 mode tun", "addr add 10.9.3.1/24 dev t0", "link set t0 up", // not Ethernet
+	); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	if err := ns.Do(func() error {
+		var err error
+		got, err = NodeInterfaces()
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, []string{"v0"}) {
+		t.Errorf("NodeInterfaces() = %v, want [v0]", got)
+	}
+}

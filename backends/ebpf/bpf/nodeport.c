@@ -42,8 +42,8 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 #define ACT_NEXT -1
 #define ACT_DROP 2
 
-// The first port masquerade picks when the client's own is taken, and how
-// many it tries (the kernel's ip_local_port_range).
+// Where masquerade picks a port when the client's own is taken (the
+// kernel's default ip_local_port_range), and how many it tries.
 #define NAT_PORT_MIN 32768
 #define NAT_PORT_SPAN 28232
 #define NAT_PORT_TRIES 8
