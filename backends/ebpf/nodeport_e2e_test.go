@@ -14,6 +14,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -307,6 +308,36 @@ func (l *nsLab) tcp(addr string, timeout time.Duration) (string, error) {
 	return strings.TrimSpace(line), err
 }
 
+// tcpFromPort is tcp from a given client port, closed with a reset (no
+// TIME_WAIT), so that the next call may use the port again at once.
+func (l *nsLab) tcpFromPort(addr string, port int) (string, error) {
+	var c net.Conn
+	err := l.cli.Do(func() error {
+		d := net.Dialer{
+			Timeout:   5 * time.Second,
+			LocalAddr: &net.TCPAddr{IP: net.ParseIP(nsClient), Port: port},
+			Control: func(_, _ string, rc syscall.RawConn) error {
+				var serr error
+				err := rc.Control(func(fd uintptr) {
+					serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+				})
+				return errors.Join(err, serr)
+			},
+		}
+		var err error
+		c, err = d.Dial("tcp", addr)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.(*net.TCPConn).SetLinger(0)
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimSpace(line), err
+}
+
 // udp sends a datagram from a new socket of the client's namespace and
 // returns the answer and the address it came from.
 func (l *nsLab) udp(addr string) (string, string, error) {
@@ -474,6 +505,18 @@ func TestNodePortFromOutside(t *testing.T) {
 	l.set(t, lbService(localv1.TrafficPolicy_CLUSTER, nsRemotePod))
 	if line, from, err := udpExchange(sock, nsNode+":30053"); err != nil || !strings.HasPrefix(line, nsRemotePod+":5353 from "+nsNode+":") || from != nsNode+":30053" {
 		t.Errorf("the UDP flow after its endpoint left: %q from %s, %v; want %s:5353 from %s", line, from, err, nsRemotePod, nsNode)
+	}
+
+	// A new TCP connection from the address and port of an old one (a
+	// client behind a NAT reuses ports) is balanced anew once the set
+	// changed, as conntrack takes a SYN for a new connection.
+	l.set(t, lbService(localv1.TrafficPolicy_LOCAL, nsPod+"+local"))
+	if line, err := l.tcpFromPort(nsNode+":30080", 40123); err != nil || !strings.HasPrefix(line, nsPod+":8080 from "+nsClient+":40123") {
+		t.Errorf("tcp from port 40123: %q, %v", line, err)
+	}
+	l.set(t, lbService(localv1.TrafficPolicy_CLUSTER, nsRemotePod))
+	if line, err := l.tcpFromPort(nsNode+":30080", 40123); err != nil || !strings.HasPrefix(line, nsRemotePod+":8080 from "+nsNode+":") {
+		t.Errorf("tcp from port 40123 again, after its endpoint left: %q, %v; want %s:8080 from %s", line, err, nsRemotePod, nsNode)
 	}
 
 	// A restart: the pinned links keep working without kpng, and a new run

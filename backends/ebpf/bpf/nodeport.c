@@ -113,6 +113,7 @@ struct pkt {
 	__u32 l4_off;   // of the TCP or UDP header
 	__u32 csum_off; // of its checksum
 	__u8 v6;
+	__u8 syn; // a TCP SYN without ACK: a connection's first packet
 };
 
 #define IP_OFF ETH_HLEN // the IP header: after the Ethernet one
@@ -178,6 +179,12 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 		return 0;
 	p->t.sport = ports[0];
 	p->t.dport = ports[1];
+	if (p->t.proto == IPPROTO_TCP) {
+		__u8 flags;
+		if (bpf_skb_load_bytes(skb, p->l4_off + 13, &flags, 1))
+			return 0;
+		p->syn = (flags & 0x12) == 0x02; // SYN set, ACK clear
+	}
 	return 1;
 }
 
@@ -363,10 +370,13 @@ static __always_inline int forward(struct __sk_buff *skb, struct pkt *p)
 	struct svc_val *svc = bpf_map_lookup_elem(&kpng_services, &k);
 
 	struct nat *known = bpf_map_lookup_elem(&kpng_ct, &p->t);
-	// A TCP connection keeps its endpoint. A UDP flow is chosen again once
-	// the frontend's set changed (it may have lost the endpoint: kube-proxy
-	// deletes the conntrack entries of a removed UDP endpoint).
-	if (known && (p->t.proto == IPPROTO_TCP || (svc && svc->set == known->set))) {
+	// A TCP connection keeps its endpoint. A UDP flow, or a new TCP
+	// connection from the same address and port as an old one (a SYN), is
+	// chosen again once the frontend's set changed: it may have lost the
+	// endpoint (kube-proxy deletes the conntrack entries of a removed UDP
+	// endpoint; conntrack takes a SYN as a new connection).
+	int keep = p->t.proto == IPPROTO_TCP && !p->syn;
+	if (known && (keep || (svc && svc->set == known->set))) {
 		struct nat copy = *known;
 		if (rewrite(skb, p, &copy))
 			return ACT_DROP;
