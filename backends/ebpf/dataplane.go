@@ -27,6 +27,9 @@ type ServiceValue struct {
 	// Masquerade: an outside frontend's packets are masqueraded to the
 	// node's address (externalTrafficPolicy Cluster).
 	Masquerade bool
+	// NodePort: an outside frontend on a node address; with Count 0 and
+	// not Drop, its packets go to the stack, which refuses them.
+	NodePort bool
 }
 
 // KernelSet is a backend set found in the kernel: its endpoints by slot
@@ -262,7 +265,7 @@ func (d *Dataplane) apply(k backend.ServiceKey, r *Rendered) error {
 			continue
 		}
 		ls := d.sets[rt.Set]
-		v := ServiceValue{Set: ls.id, Count: uint32(len(ls.set.Endpoints)), Drop: ls.set.Drop, Masquerade: rt.Masquerade}
+		v := ServiceValue{Set: ls.id, Count: uint32(len(ls.set.Endpoints)), Drop: ls.set.Drop, Masquerade: rt.Masquerade, NodePort: rt.NodePort}
 		if rt.AffinitySec > 0 {
 			v.AffinitySec, v.AffinityID = rt.AffinitySec, d.affinityID(rt.AffinityKey)
 		}

@@ -78,6 +78,7 @@ func keyFrontend(k sockSvcKey) Frontend {
 const (
 	svcFlagDrop = 1 // SVC_F_DROP
 	svcFlagMasq = 2 // SVC_F_MASQ
+	svcFlagNode = 4 // SVC_F_NODEPORT
 )
 
 func serviceValue(v ServiceValue) sockSvcVal {
@@ -88,11 +89,14 @@ func serviceValue(v ServiceValue) sockSvcVal {
 	if v.Masquerade {
 		out.Flags |= svcFlagMasq
 	}
+	if v.NodePort {
+		out.Flags |= svcFlagNode
+	}
 	return out
 }
 
 func valueService(v sockSvcVal) ServiceValue {
-	return ServiceValue{Set: v.Set, Count: v.Count, AffinitySec: v.AffinitySec, AffinityID: v.AffinityId, Drop: v.Flags&svcFlagDrop != 0, Masquerade: v.Flags&svcFlagMasq != 0}
+	return ServiceValue{Set: v.Set, Count: v.Count, AffinitySec: v.AffinitySec, AffinityID: v.AffinityId, Drop: v.Flags&svcFlagDrop != 0, Masquerade: v.Flags&svcFlagMasq != 0, NodePort: v.Flags&svcFlagNode != 0}
 }
 
 // PutSet implements Maps, with one batch update per map.

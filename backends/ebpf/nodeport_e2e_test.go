@@ -456,6 +456,16 @@ func TestNodePortFromOutside(t *testing.T) {
 		t.Errorf("tcp to a Local node port without a local endpoint: %q, %v; want a timeout", line, err)
 	}
 
+	// No endpoint at all: kube-proxy rejects; the node port is refused by
+	// the node (the load-balancer IP, not the node's, is dropped).
+	l.set(t, lbService(localv1.TrafficPolicy_CLUSTER))
+	if line, err := l.tcp(nsNode+":30080", 5*time.Second); errName(err) != "ECONNREFUSED" {
+		t.Errorf("tcp to a node port without endpoints: %q, %v; want ECONNREFUSED", line, err)
+	}
+	if line, err := l.tcp(nsLB+":80", 300*time.Millisecond); errName(err) != "timeout" {
+		t.Errorf("tcp to a load-balancer IP without endpoints: %q, %v; want a timeout", line, err)
+	}
+
 	// Two endpoints under Cluster: both are used.
 	l.set(t, lbService(localv1.TrafficPolicy_CLUSTER, nsPod+"+local", nsRemotePod))
 	seen := map[string]bool{}

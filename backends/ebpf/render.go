@@ -73,6 +73,9 @@ type Route struct {
 	// Masquerade: packets from outside are masqueraded to the node's
 	// address (externalTrafficPolicy Cluster).
 	Masquerade bool
+	// NodePort: an outside frontend on a node address, which the node's
+	// stack refuses when the Service has no endpoint.
+	NodePort bool
 }
 
 // Rendered is one Service of the view as the socket programs see it.
@@ -166,7 +169,9 @@ func Render(se *localv1.ServiceEndpoints, nodeAddrs []netip.Addr) (*Rendered, er
 		if port.NodePort > 0 {
 			for _, a := range nodeAddrs {
 				r.add(Frontend{Addr: a, Port: uint16(port.NodePort), Proto: proto}, route(base+"/cluster"))
-				r.add(Frontend{Addr: a, Port: uint16(port.NodePort), Proto: proto, Outside: true}, outside)
+				np := outside
+				np.NodePort = true
+				r.add(Frontend{Addr: a, Port: uint16(port.NodePort), Proto: proto, Outside: true}, np)
 			}
 		}
 	}

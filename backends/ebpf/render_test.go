@@ -112,6 +112,9 @@ func TestRender(t *testing.T) {
 				}
 				if f.Outside {
 					name += " outside"
+					if want := f.Port == 30080; rt.NodePort != want {
+						t.Errorf("%s: node port %v, want %v", name, rt.NodePort, want)
+					}
 					// Masquerade under the Cluster external policy only.
 					if want := se.Service.ExternalTrafficPolicy != localv1.TrafficPolicy_LOCAL; rt.Masquerade != want {
 						t.Errorf("%s: masquerade %v, want %v", name, rt.Masquerade, want)

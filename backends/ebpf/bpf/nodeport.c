@@ -324,8 +324,9 @@ static __always_inline struct endpoint *pick_endpoint(struct svc_key *k, struct 
 
 // masquerade sets n's source to the address the node would use to reach
 // the endpoint (as iptables' MASQUERADE does), with the client's port if
-// that is free towards the endpoint, or another. 0: done; 1: the endpoint
-// is the node itself (nothing to masquerade); -1: drop.
+// that is free towards the endpoint, or another. 0: done; 1: the route to
+// the endpoint is not a forward (the endpoint is the node itself, or
+// unroutable): nothing to masquerade, the stack decides; -1: drop.
 static __always_inline int masquerade(struct __sk_buff *skb, struct pkt *p, struct nat *n, struct nat *rev)
 {
 	struct bpf_fib_lookup f = {};
@@ -384,8 +385,17 @@ static __always_inline int forward(struct __sk_buff *skb, struct pkt *p)
 	}
 	if (!svc)
 		return ACT_NEXT;
-	if (svc->count == 0) // no endpoint (for this node, under Local): dropped
+	if (svc->count == 0) {
+		// No endpoint for this node under Local: dropped, as kube-proxy
+		// drops. No endpoint at all: kube-proxy rejects; a node port (an
+		// address of the node) is left to the stack, which refuses it as
+		// it refuses any closed port (a TCP reset, an ICMP port
+		// unreachable); other addresses are dropped, as the stack would
+		// route them elsewhere.
+		if (!(svc->flags & SVC_F_DROP) && (svc->flags & SVC_F_NODEPORT))
+			return ACT_NEXT;
 		return ACT_DROP;
+	}
 	int masq = svc->flags & SVC_F_MASQ;
 	__u32 set = svc->set;
 	struct endpoint chosen = {};
