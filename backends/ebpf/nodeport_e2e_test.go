@@ -148,7 +148,8 @@ func newNSLab(t *testing.T) *nsLab {
 }
 
 // nsServe serves TCP 8080 and UDP 5353 on ip in ns, answering with the
-// address reached and the client's address as the endpoint sees it.
+// address reached and the client's address as the endpoint sees it (and
+// on TCP, then echoing a line).
 func nsServe(t *testing.T, ns *netnstest.Netns, ip string) {
 	t.Helper()
 	var ln net.Listener
@@ -171,8 +172,16 @@ func nsServe(t *testing.T, ns *netnstest.Netns, ip string) {
 			if err != nil {
 				return
 			}
-			fmt.Fprintf(c, "%s from %s\n", c.LocalAddr(), c.RemoteAddr())
-			c.Close()
+			go func() {
+				defer c.Close()
+				fmt.Fprintf(c, "%s from %s\n", c.LocalAddr(), c.RemoteAddr())
+				// Then echo one line, for a test that keeps the
+				// connection open across a change.
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				if line, err := bufio.NewReader(c).ReadString('\n'); err == nil {
+					fmt.Fprint(c, line)
+				}
+			}()
 		}
 	}()
 	go func() {
@@ -188,8 +197,9 @@ func nsServe(t *testing.T, ns *netnstest.Netns, ip string) {
 }
 
 // open starts the backend with its tc programs on the node's interfaces
-// (eth0 and vp, unless a test says otherwise), attached from a thread inside the node's namespace (the interface names
-// are resolved there), as a new run of kpng would: its first sync is a
+// (eth0 and vp, unless a test says otherwise), attached from a thread
+// inside the node's namespace (the interface names are resolved there), as
+// a new run of kpng would: its first sync is a
 // reset.
 func (l *nsLab) open(t *testing.T, interfaces string) {
 	t.Helper()
@@ -532,10 +542,33 @@ func TestNodePortFromOutside(t *testing.T) {
 	// A restart: the pinned links keep working without kpng, and a new run
 	// updates them in place.
 	l.set(t, lbService(localv1.TrafficPolicy_CLUSTER, nsPod+"+local"))
+	var established net.Conn
+	if err := l.cli.Do(func() error {
+		var err error
+		established, err = net.DialTimeout("tcp", nsNode+":30080", 5*time.Second)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer established.Close()
+	established.SetDeadline(time.Now().Add(10 * time.Second))
+	estReader := bufio.NewReader(established)
+	if line, err := estReader.ReadString('\n'); err != nil || !strings.HasPrefix(line, nsPod+":8080 from "+nsNodeToPod+":") {
+		t.Fatalf("a connection kept across the restart: %q, %v", line, err)
+	}
 	l.stop()
 	l.want(t, nsNode, nsPod, nsNodeToPod)
 	l.open(t, "eth0,vp")
-	l.want(t, nsNode, nsPod, nsNodeToPod) // before the first sync
+	l.want(t, nsNode, nsPod, nsNodeToPod)                              // before the first sync
+	l.set(t, lbService(localv1.TrafficPolicy_CLUSTER, nsPod+"+local")) // every set under a new id
+	// The connection opened before the restart still talks to its
+	// endpoint, through its masquerade.
+	if _, err := fmt.Fprintln(established, "still there"); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := estReader.ReadString('\n'); err != nil || line != "still there\n" {
+		t.Errorf("the connection opened before the restart: %q, %v", line, err)
+	}
 	l.set(t, lbService(localv1.TrafficPolicy_CLUSTER, nsRemotePod))
 	l.want(t, nsNode, nsRemotePod, nsNode)
 	if links := tcLinks(t, l.pins); !slices.Equal(links, []string{"link_tcx_in_eth0", "link_tcx_in_vp", "link_tcx_out_eth0", "link_tcx_out_vp"}) {
