@@ -99,6 +99,14 @@ func Load(pinDir string) (*Objects, error) {
 			m.Pinning = ebpf.PinNone
 		}
 	}
+	lo, hi, err := ephemeralPorts()
+	if err == nil {
+		err = errors.Join(npSpec.Variables["eph_min"].Set(lo), npSpec.Variables["eph_max"].Set(hi))
+	}
+	if err != nil {
+		o.objs.Close()
+		return nil, fmt.Errorf("the node's ephemeral ports, which masquerade avoids: %w", err)
+	}
 	npOpts := *opts
 	npOpts.MapReplacements = map[string]*ebpf.Map{"kpng_services": o.objs.KpngServices, "kpng_slots": o.objs.KpngSlots, "kpng_members": o.objs.KpngMembers}
 	if err := npSpec.LoadAndAssign(&o.np, &npOpts); err != nil {
@@ -269,6 +277,20 @@ func Remove(pinDir string) error {
 // isEthernet: the interface's frames start with an Ethernet header (it
 // has a 6-byte hardware address; a tunnel or WireGuard device has none).
 func isEthernet(ifc *net.Interface) bool { return len(ifc.HardwareAddr) == 6 }
+
+// ephemeralPorts reads the range of local ports the kernel gives the
+// node's own connections (of the calling thread's network namespace).
+func ephemeralPorts() (uint32, uint32, error) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0, err
+	}
+	var lo, hi uint32
+	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil {
+		return 0, 0, fmt.Errorf("ip_local_port_range %q: %w", b, err)
+	}
+	return lo, hi, nil
+}
 
 // NodeInterfaces returns the interfaces that hold the node's addresses:
 // the Ethernet ones that are up and have a global unicast address.

@@ -93,6 +93,8 @@ const (
 	nodeportMapKpngSlots          = "kpng_slots"
 	nodeportProgKpngNodeportIn    = "kpng_nodeport_in"
 	nodeportProgKpngNodeportOut   = "kpng_nodeport_out"
+	nodeportVarEphMax             = "eph_max"
+	nodeportVarEphMin             = "eph_min"
 )
 
 // loadNodeport returns the embedded CollectionSpec for nodeport.
@@ -157,6 +159,8 @@ type nodeportMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type nodeportVariableSpecs struct {
+	EphMax *ebpf.VariableSpec `ebpf:"eph_max"`
+	EphMin *ebpf.VariableSpec `ebpf:"eph_min"`
 }
 
 // nodeportObjects contains all objects after they have been loaded into the kernel.
@@ -202,6 +206,8 @@ func (m *nodeportMaps) Close() error {
 //
 // It can be passed to loadNodeportObjects or ebpf.CollectionSpec.LoadAndAssign.
 type nodeportVariables struct {
+	EphMax *ebpf.Variable `ebpf:"eph_max"`
+	EphMin *ebpf.Variable `ebpf:"eph_min"`
 }
 
 // nodeportPrograms contains all programs after they have been loaded into the kernel.

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -111,8 +112,10 @@ func newNSLab(t *testing.T) *nsLab {
 		"route add fd00:244:1::/64 via "+nsRemote6,
 	))
 	check(l.node.Sysctl(map[string]string{
-		"net.ipv4.ip_forward":                  "1",
-		"net.ipv6.conf.all.forwarding":         "1",
+		"net.ipv4.ip_forward":          "1",
+		"net.ipv6.conf.all.forwarding": "1",
+		// The node's own ports, which masquerade avoids.
+		"net.ipv4.ip_local_port_range":         "32768 60999",
 		"net.ipv4.conf.all.send_redirects":     "0",
 		"net.ipv4.conf.default.send_redirects": "0",
 	}))
@@ -484,8 +487,13 @@ func TestNodePortFromOutside(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ep, _, _ := strings.Cut(line, " ")
+		ep, src, _ := strings.Cut(line, " from ")
 		seen[ep] = true
+		// Masqueraded from a port the node's own connections never use.
+		_, port, _ := net.SplitHostPort(src)
+		if p, err := strconv.Atoi(port); err != nil || p >= 32768 && p <= 60999 {
+			t.Errorf("masqueraded from port %q, in the node's ephemeral range 32768-60999", port)
+		}
 	}
 	if !seen[nsPod+":8080"] || !seen[nsRemotePod+":8080"] {
 		t.Errorf("30 connections to two endpoints reached %v", seen)

@@ -42,11 +42,15 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 #define ACT_NEXT -1
 #define ACT_DROP 2
 
-// Where masquerade picks a port when the client's own is taken (the
-// kernel's default ip_local_port_range), and how many it tries.
-#define NAT_PORT_MIN 32768
-#define NAT_PORT_SPAN 28232
-#define NAT_PORT_TRIES 8
+// Masquerade picks a source port at random in 1024-65535 outside the
+// node's ephemeral ports (ip_local_port_range, [eph_min, eph_max], set by
+// kpng at load), so that a masqueraded connection never takes the 4-tuple
+// of a connection of the node itself to the same endpoint (a kubelet
+// probe, say), which would then get the other's replies. It tries
+// NAT_PORT_TRIES ports before dropping the packet.
+volatile const __u32 eph_min = 32768;
+volatile const __u32 eph_max = 60999;
+#define NAT_PORT_TRIES 16
 
 // A packet's addresses and ports, as it travels.
 struct tuple {
@@ -322,9 +326,23 @@ static __always_inline struct endpoint *pick_endpoint(struct svc_key *k, struct 
 	return bpf_map_lookup_elem(&kpng_slots, &sk);
 }
 
+// nat_port returns a random port of 1024-65535 outside [eph_min, eph_max].
+static __always_inline __u16 nat_port(void)
+{
+	__u32 lo = eph_min, hi = eph_max;
+	__u32 span = 64512, skip = 0;
+	if (lo >= 1024 && hi >= lo && hi <= 65535 && hi - lo + 1 < span) {
+		skip = hi - lo + 1;
+		span -= skip;
+	}
+	__u32 port = 1024 + bpf_get_prandom_u32() % span;
+	if (skip && port >= lo)
+		port += skip;
+	return bpf_htons((__u16)port);
+}
+
 // masquerade sets n's source to the address the node would use to reach
-// the endpoint (as iptables' MASQUERADE does), with the client's port if
-// that is free towards the endpoint, or another. 0: done; 1: the route to
+// the endpoint (as iptables' MASQUERADE does), with a free port. 0: done; 1: the route to
 // the endpoint is not a forward (the endpoint is the node itself, or
 // unroutable): nothing to masquerade, the stack decides; -1: drop.
 static __always_inline int masquerade(struct __sk_buff *skb, struct pkt *p, struct nat *n, struct nat *rev)
@@ -346,14 +364,12 @@ static __always_inline int masquerade(struct __sk_buff *skb, struct pkt *p, stru
 	rk.sport = n->dport;
 	copy_addr(rk.dst, n->src);
 	rk.proto = p->t.proto;
-	__u16 port = p->t.sport;
 	for (int i = 0; i < NAT_PORT_TRIES; i++) {
-		rk.dport = port;
+		rk.dport = nat_port();
 		if (bpf_map_update_elem(&kpng_rct, &rk, rev, BPF_NOEXIST) == 0) {
-			n->sport = port;
+			n->sport = rk.dport;
 			return 0;
 		}
-		port = bpf_htons(NAT_PORT_MIN + bpf_get_prandom_u32() % NAT_PORT_SPAN);
 	}
 	return -1;
 }
