@@ -43,6 +43,7 @@ const (
 	nsPod       = "10.244.0.2"
 	nsRemotePod = "10.244.1.2"
 	nsLB        = "203.0.113.50"
+	nsExt       = "203.0.113.60" // an external IP of the Service, routed to the node
 	// The node's address towards its pod: what masquerade gives the pod
 	// (as iptables' MASQUERADE: the outgoing interface's address).
 	nsNodeToPod = "10.244.0.1"
@@ -95,6 +96,7 @@ func newNSLab(t *testing.T) *nsLab {
 		"link set n0 up",
 		"link set r0 up",
 		"route add "+nsLB+"/32 via "+nsNode,
+		"route add "+nsExt+"/32 via "+nsNode,
 		// The pod network through the node, for the direct comparison.
 		"route add 10.244.0.0/24 via "+nsNode,
 		"addr add "+nsClient6+"/64 dev br0 nodad",
@@ -285,7 +287,7 @@ func (l *nsLab) healthCheck(t *testing.T, port int) (int, string) {
 func lbService(policy localv1.TrafficPolicy, eps ...string) *localv1.ServiceEndpoints {
 	se := &localv1.ServiceEndpoints{Service: &localv1.Service{
 		Namespace: "default", Name: "lb", Family: localv1.IPFamily_IPV4, Type: localv1.ServiceType_LOAD_BALANCER,
-		ClusterIp: nsCluster, LoadBalancerIps: []string{nsLB}, ExternalTrafficPolicy: policy,
+		ClusterIp: nsCluster, LoadBalancerIps: []string{nsLB}, ExternalIps: []string{nsExt}, ExternalTrafficPolicy: policy,
 		Ports: []*localv1.ServicePort{
 			{Name: "http", Protocol: localv1.Protocol_TCP, Port: 80, NodePort: 30080, HasEndpoints: len(eps) > 0},
 			{Name: "dns", Protocol: localv1.Protocol_UDP, Port: 53, NodePort: 30053, HasEndpoints: len(eps) > 0},
@@ -444,12 +446,14 @@ func TestNodePortFromOutside(t *testing.T) {
 	l.set(t, lbService(localv1.TrafficPolicy_CLUSTER, nsRemotePod))
 	l.want(t, nsNode, nsRemotePod, nsNode)
 	l.want(t, nsLB, nsRemotePod, nsNode)
+	l.want(t, nsExt, nsRemotePod, nsNode)
 
 	// Local policy: this node's endpoint only, the client's address kept.
 	l.set(t, lbService(localv1.TrafficPolicy_LOCAL, nsPod+"+local", nsRemotePod))
 	for range 5 {
 		l.want(t, nsNode, nsPod, nsClient)
 		l.want(t, nsLB, nsPod, nsClient)
+		l.want(t, nsExt, nsPod, nsClient)
 	}
 
 	// The health-check node port, as kube-proxy serves it: this node has
@@ -614,6 +618,7 @@ func lbService6(policy localv1.TrafficPolicy, eps ...string) *localv1.ServiceEnd
 	se.Service.Family = localv1.IPFamily_IPV6
 	se.Service.ClusterIp = nsCluster6
 	se.Service.LoadBalancerIps = []string{nsLB6}
+	se.Service.ExternalIps = nil
 	return se
 }
 
