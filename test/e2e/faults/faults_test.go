@@ -650,6 +650,9 @@ func (s *suite) refused(t *testing.T, r *row) {
 	// The owner goes, and its table with it: the proxy repairs.
 	release()
 	fixed := time.Now()
+	// When the owner left, to set beside a probe's failure (its time is in
+	// the row).
+	t.Logf("the owner of the table left at %s", fixed.Format("15:04:05.000"))
 	for ruleCount(t, n1) < before {
 		if time.Since(fixed) > 2*time.Minute {
 			r.problems = append(r.problems, "not repaired 2 minutes after the owner of the table left")
