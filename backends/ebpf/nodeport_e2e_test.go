@@ -291,6 +291,9 @@ func lbService(policy localv1.TrafficPolicy, eps ...string) *localv1.ServiceEndp
 		Ports: []*localv1.ServicePort{
 			{Name: "http", Protocol: localv1.Protocol_TCP, Port: 80, NodePort: 30080, HasEndpoints: len(eps) > 0},
 			{Name: "dns", Protocol: localv1.Protocol_UDP, Port: 53, NodePort: 30053, HasEndpoints: len(eps) > 0},
+			// Nothing listens on the endpoints' port: they answer with
+			// ICMP port unreachable.
+			{Name: "closed", Protocol: localv1.Protocol_UDP, Port: 54, NodePort: 30054, HasEndpoints: len(eps) > 0},
 		},
 	}}
 	if policy == localv1.TrafficPolicy_LOCAL {
@@ -300,7 +303,8 @@ func lbService(policy localv1.TrafficPolicy, eps ...string) *localv1.ServiceEndp
 		ip, local := strings.CutSuffix(ep, "+local")
 		se.Endpoints = append(se.Endpoints,
 			&localv1.Endpoint{PortName: "http", Protocol: localv1.Protocol_TCP, Ip: ip, Port: 8080, Ready: true, InClusterSet: true, InLocalSet: local, OnThisNode: local},
-			&localv1.Endpoint{PortName: "dns", Protocol: localv1.Protocol_UDP, Ip: ip, Port: 5353, Ready: true, InClusterSet: true, InLocalSet: local, OnThisNode: local})
+			&localv1.Endpoint{PortName: "dns", Protocol: localv1.Protocol_UDP, Ip: ip, Port: 5353, Ready: true, InClusterSet: true, InLocalSet: local, OnThisNode: local},
+			&localv1.Endpoint{PortName: "closed", Protocol: localv1.Protocol_UDP, Ip: ip, Port: 5354, Ready: true, InClusterSet: true, InLocalSet: local, OnThisNode: local})
 	}
 	return se
 }
@@ -351,6 +355,28 @@ func (l *nsLab) tcpFromPort(addr string, port int) (string, error) {
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	line, err := bufio.NewReader(c).ReadString('\n')
 	return strings.TrimSpace(line), err
+}
+
+// refused sends a datagram on a connected UDP socket to a frontend whose
+// endpoint has nothing listening, and returns the socket's error: the
+// endpoint's ICMP port unreachable, translated back to the frontend, makes
+// it ECONNREFUSED; untranslated, the client never matches it (timeout).
+func (l *nsLab) refused(addr string) string {
+	var c net.Conn
+	if err := l.cli.Do(func() error {
+		var err error
+		c, err = net.Dial("udp", addr)
+		return err
+	}); err != nil {
+		return err.Error()
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("hi")); err != nil {
+		return errName(err)
+	}
+	_, err := c.Read(make([]byte, 16))
+	return errName(err)
 }
 
 // udp sends a datagram from a new socket of the client's namespace and
@@ -432,6 +458,10 @@ func TestNodePortFromOutside(t *testing.T) {
 	l.set(t, lbService(localv1.TrafficPolicy_CLUSTER, nsPod+"+local"))
 	l.want(t, nsNode, nsPod, nsNodeToPod)
 	l.want(t, nsLB, nsPod, nsNodeToPod)
+	// The endpoint's ICMP error reaches the client, translated.
+	if got := l.refused(nsNode + ":30054"); got != "ECONNREFUSED" {
+		t.Errorf("udp to a closed endpoint port through the node port (masquerade, this node): %s, want ECONNREFUSED", got)
+	}
 	var table strings.Builder
 	if err := WriteTable(&table, l.pins); err != nil {
 		t.Fatal(err)
@@ -447,6 +477,9 @@ func TestNodePortFromOutside(t *testing.T) {
 	l.want(t, nsNode, nsRemotePod, nsNode)
 	l.want(t, nsLB, nsRemotePod, nsNode)
 	l.want(t, nsExt, nsRemotePod, nsNode)
+	if got := l.refused(nsLB + ":54"); got != "ECONNREFUSED" {
+		t.Errorf("udp to a closed endpoint port through the load-balancer IP (masquerade, another node): %s, want ECONNREFUSED", got)
+	}
 
 	// Local policy: this node's endpoint only, the client's address kept.
 	l.set(t, lbService(localv1.TrafficPolicy_LOCAL, nsPod+"+local", nsRemotePod))
@@ -454,6 +487,9 @@ func TestNodePortFromOutside(t *testing.T) {
 		l.want(t, nsNode, nsPod, nsClient)
 		l.want(t, nsLB, nsPod, nsClient)
 		l.want(t, nsExt, nsPod, nsClient)
+	}
+	if got := l.refused(nsNode + ":30054"); got != "ECONNREFUSED" {
+		t.Errorf("udp to a closed endpoint port through the node port (Local): %s, want ECONNREFUSED", got)
 	}
 
 	// The health-check node port, as kube-proxy serves it: this node has

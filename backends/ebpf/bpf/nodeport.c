@@ -487,6 +487,104 @@ static __always_inline int forward(struct __sk_buff *skb, struct pkt *p)
 	return redirect(skb, p, &n);
 }
 
+// icmp4 translates an IPv4 ICMP error (destination unreachable, time
+// exceeded: "fragmentation needed" among them) about a translated
+// connection, as conntrack's RELATED does, so that the host that sent the
+// packet in error learns of it: the quoted packet is rewritten to what that
+// host sent, and the error is addressed to it. Errors about a reply (sent
+// by a router towards the client) go to the endpoint; errors about a
+// forwarded packet (sent towards the endpoint) go to the client. At
+// ingress the translated error is forwarded (redirect4 forward), at egress
+// it goes on. ACT_NEXT: not one of ours.
+static __always_inline int icmp4(struct __sk_buff *skb, int ingress)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = data + ETH_HLEN;
+	struct iphdr in;
+	__u8 icmp[2];
+	__u16 ports[2];
+
+	if ((void *)(ip + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP) || ip->protocol != IPPROTO_ICMP || ip->ihl < 5)
+		return ACT_NEXT;
+	if (ip->frag_off & bpf_htons(0x1fff))
+		return ACT_NEXT;
+	__u32 outer_src = ip->saddr, outer_dst = ip->daddr;
+	__u32 icmp_off = ETH_HLEN + ip->ihl * 4;
+	if (bpf_skb_load_bytes(skb, icmp_off, icmp, sizeof(icmp)))
+		return ACT_NEXT;
+	if (icmp[0] != 3 && icmp[0] != 11) // ICMP_DEST_UNREACH, ICMP_TIME_EXCEEDED
+		return ACT_NEXT;
+	__u32 in_off = icmp_off + 8;
+	if (bpf_skb_load_bytes(skb, in_off, &in, sizeof(in)) || in.ihl < 5)
+		return ACT_NEXT;
+	if (in.protocol != IPPROTO_TCP && in.protocol != IPPROTO_UDP)
+		return ACT_NEXT;
+	__u32 in_l4 = in_off + in.ihl * 4;
+	if (bpf_skb_load_bytes(skb, in_l4, ports, sizeof(ports)))
+		return ACT_NEXT;
+
+	// The quoted packet's connection, seen the other way round.
+	struct tuple k = {};
+	k.src[2] = k.dst[2] = bpf_htonl(0x0000ffff);
+	k.src[3] = in.daddr;
+	k.dst[3] = in.saddr;
+	k.sport = ports[1];
+	k.dport = ports[0];
+	k.proto = in.protocol;
+
+	// Either way the entry found rewrites packets going the other way than
+	// the quoted one: read backwards, it gives what the sender of the
+	// quoted packet sent (n->dst:n->dport to n->src:n->sport), and the
+	// sender is n->dst (about a reply: the endpoint; about a forwarded
+	// packet: the client).
+	struct nat *n = bpf_map_lookup_elem(&kpng_ct, &k);
+	if (!n)
+		n = bpf_map_lookup_elem(&kpng_rct, &k);
+	if (!n)
+		return ACT_NEXT;
+	__u32 new_src = n->dst[3], new_dst = n->src[3], new_outer = n->dst[3];
+	__u16 new_sport = n->dport, new_dport = n->sport;
+
+	__u32 ip_check = ETH_HLEN + offsetof(struct iphdr, check);
+	__u32 in_check = in_off + offsetof(struct iphdr, check);
+	__u32 icmp_check = icmp_off + 2;
+	// The quoted header keeps its own checksum right, so the ICMP
+	// checksum only follows the quoted ports; the outer header has no
+	// pseudo-header in ICMP's.
+	if (outer_dst != new_outer &&
+	    (bpf_l3_csum_replace(skb, ip_check, outer_dst, new_outer, 4) ||
+	     bpf_skb_store_bytes(skb, ETH_HLEN + offsetof(struct iphdr, daddr), &new_outer, 4, 0)))
+		return ACT_DROP;
+	if (in.saddr != new_src &&
+	    (bpf_l3_csum_replace(skb, in_check, in.saddr, new_src, 4) ||
+	     bpf_skb_store_bytes(skb, in_off + offsetof(struct iphdr, saddr), &new_src, 4, 0)))
+		return ACT_DROP;
+	if (in.daddr != new_dst &&
+	    (bpf_l3_csum_replace(skb, in_check, in.daddr, new_dst, 4) ||
+	     bpf_skb_store_bytes(skb, in_off + offsetof(struct iphdr, daddr), &new_dst, 4, 0)))
+		return ACT_DROP;
+	if (ports[0] != new_sport &&
+	    (bpf_l4_csum_replace(skb, icmp_check, ports[0], new_sport, 2) ||
+	     bpf_skb_store_bytes(skb, in_l4, &new_sport, 2, 0)))
+		return ACT_DROP;
+	if (ports[1] != new_dport &&
+	    (bpf_l4_csum_replace(skb, icmp_check, ports[1], new_dport, 2) ||
+	     bpf_skb_store_bytes(skb, in_l4 + 2, &new_dport, 2, 0)))
+		return ACT_DROP;
+	if (!ingress)
+		return ACT_NEXT;
+
+	struct pkt p = {};
+	struct nat fw = {};
+	p.t.proto = IPPROTO_ICMP;
+	fw.src[2] = fw.dst[2] = bpf_htonl(0x0000ffff);
+	fw.src[3] = outer_src;
+	fw.dst[3] = new_outer;
+	return redirect(skb, &p, &fw);
+}
+
 SEC("tcx/ingress")
 int kpng_nodeport_in(struct __sk_buff *skb)
 {
@@ -494,7 +592,7 @@ int kpng_nodeport_in(struct __sk_buff *skb)
 	struct nat n;
 
 	if (!parse(skb, &p))
-		return ACT_NEXT;
+		return icmp4(skb, 1);
 	int r = reverse(skb, &p, &n);
 	if (r < 0)
 		return ACT_DROP;
@@ -510,6 +608,6 @@ int kpng_nodeport_out(struct __sk_buff *skb)
 	struct nat n;
 
 	if (!parse(skb, &p))
-		return ACT_NEXT;
+		return icmp4(skb, 0);
 	return reverse(skb, &p, &n) < 0 ? ACT_DROP : ACT_NEXT;
 }
