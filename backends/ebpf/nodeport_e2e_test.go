@@ -667,16 +667,25 @@ func TestNodePortFromOutsideIPv6(t *testing.T) {
 	l.set(t, lbService6(localv1.TrafficPolicy_CLUSTER, nsPod6+"+local"))
 	l.want(t, nsNode6, nsPod6, nsNodeToPod6)
 	l.want(t, nsLB6, nsPod6, nsNodeToPod6)
+	if got := l.refused(net.JoinHostPort(nsNode6, "30054")); got != "ECONNREFUSED" {
+		t.Errorf("udp to a closed endpoint port through the node port (masquerade, this node): %s, want ECONNREFUSED", got)
+	}
 	l.want(t, nsNode, nsPod, nsNodeToPod) // the IPv4 Service still works
 
 	l.set(t, lbService6(localv1.TrafficPolicy_CLUSTER, nsRemotePod6))
 	l.want(t, nsNode6, nsRemotePod6, nsNode6)
 	l.want(t, nsLB6, nsRemotePod6, nsNode6)
+	if got := l.refused(net.JoinHostPort(nsLB6, "54")); got != "ECONNREFUSED" {
+		t.Errorf("udp to a closed endpoint port through the load-balancer IP (masquerade, another node): %s, want ECONNREFUSED", got)
+	}
 
 	l.set(t, lbService6(localv1.TrafficPolicy_LOCAL, nsPod6+"+local", nsRemotePod6))
 	for range 5 {
 		l.want(t, nsNode6, nsPod6, nsClient6)
 		l.want(t, nsLB6, nsPod6, nsClient6)
+	}
+	if got := l.refused(net.JoinHostPort(nsNode6, "30054")); got != "ECONNREFUSED" {
+		t.Errorf("udp to a closed endpoint port through the node port (Local): %s, want ECONNREFUSED", got)
 	}
 	l.set(t, lbService6(localv1.TrafficPolicy_LOCAL, nsRemotePod6))
 	if line, err := l.tcp(net.JoinHostPort(nsNode6, "30080"), 300*time.Millisecond); errName(err) != "timeout" {

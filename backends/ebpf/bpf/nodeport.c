@@ -585,6 +585,106 @@ static __always_inline int icmp4(struct __sk_buff *skb, int ingress)
 	return redirect(skb, &p, &fw);
 }
 
+#define IPPROTO_ICMPV6_ 58
+
+// icmp6 is icmp4 for ICMPv6 errors (destination unreachable, packet too
+// big, time exceeded), whose checksum covers a pseudo-header and the
+// quoted addresses (an IPv6 header has no checksum of its own).
+static __always_inline int icmp6(struct __sk_buff *skb, int ingress)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct ipv6hdr *ip6 = data + ETH_HLEN;
+	struct ipv6hdr in;
+	__u8 icmp[2];
+	__u16 ports[2];
+	__u32 outer_src[4], outer_dst[4];
+
+	if ((void *)(ip6 + 1) > end || eth->h_proto != bpf_htons(ETH_P_IPV6) || ip6->nexthdr != IPPROTO_ICMPV6_)
+		return ACT_NEXT;
+	copy_addr(outer_src, ip6->saddr.in6_u.u6_addr32);
+	copy_addr(outer_dst, ip6->daddr.in6_u.u6_addr32);
+	__u32 icmp_off = ETH_HLEN + sizeof(struct ipv6hdr);
+	if (bpf_skb_load_bytes(skb, icmp_off, icmp, sizeof(icmp)))
+		return ACT_NEXT;
+	if (icmp[0] < 1 || icmp[0] > 3) // unreachable, packet too big, time exceeded
+		return ACT_NEXT;
+	__u32 in_off = icmp_off + 8;
+	if (bpf_skb_load_bytes(skb, in_off, &in, sizeof(in)))
+		return ACT_NEXT;
+	if (in.nexthdr != IPPROTO_TCP && in.nexthdr != IPPROTO_UDP)
+		return ACT_NEXT;
+	__u32 in_l4 = in_off + sizeof(struct ipv6hdr);
+	if (bpf_skb_load_bytes(skb, in_l4, ports, sizeof(ports)))
+		return ACT_NEXT;
+
+	struct tuple k = {};
+	copy_addr(k.src, in.daddr.in6_u.u6_addr32);
+	copy_addr(k.dst, in.saddr.in6_u.u6_addr32);
+	k.sport = ports[1];
+	k.dport = ports[0];
+	k.proto = in.nexthdr;
+	struct nat *n = bpf_map_lookup_elem(&kpng_ct, &k);
+	if (!n)
+		n = bpf_map_lookup_elem(&kpng_rct, &k);
+	if (!n)
+		return ACT_NEXT;
+	struct nat c = *n; // new quoted source c.dst:c.dport, destination c.src:c.sport; to c.dst
+
+	__u32 icmp_check = icmp_off + 2;
+	if (!same_addr(outer_dst, c.dst)) {
+		__s64 diff = bpf_csum_diff(outer_dst, 16, c.dst, 16, 0);
+		if (diff < 0 || bpf_l4_csum_replace(skb, icmp_check, 0, diff, BPF_F_PSEUDO_HDR) ||
+		    bpf_skb_store_bytes(skb, ETH_HLEN + offsetof(struct ipv6hdr, daddr), c.dst, 16, 0))
+			return ACT_DROP;
+	}
+	if (!same_addr(in.saddr.in6_u.u6_addr32, c.dst)) {
+		__s64 diff = bpf_csum_diff(in.saddr.in6_u.u6_addr32, 16, c.dst, 16, 0);
+		if (diff < 0 || bpf_l4_csum_replace(skb, icmp_check, 0, diff, 0) ||
+		    bpf_skb_store_bytes(skb, in_off + offsetof(struct ipv6hdr, saddr), c.dst, 16, 0))
+			return ACT_DROP;
+	}
+	if (!same_addr(in.daddr.in6_u.u6_addr32, c.src)) {
+		__s64 diff = bpf_csum_diff(in.daddr.in6_u.u6_addr32, 16, c.src, 16, 0);
+		if (diff < 0 || bpf_l4_csum_replace(skb, icmp_check, 0, diff, 0) ||
+		    bpf_skb_store_bytes(skb, in_off + offsetof(struct ipv6hdr, daddr), c.src, 16, 0))
+			return ACT_DROP;
+	}
+	if (ports[0] != c.dport &&
+	    (bpf_l4_csum_replace(skb, icmp_check, ports[0], c.dport, 2) ||
+	     bpf_skb_store_bytes(skb, in_l4, &c.dport, 2, 0)))
+		return ACT_DROP;
+	if (ports[1] != c.sport &&
+	    (bpf_l4_csum_replace(skb, icmp_check, ports[1], c.sport, 2) ||
+	     bpf_skb_store_bytes(skb, in_l4 + 2, &c.sport, 2, 0)))
+		return ACT_DROP;
+	if (!ingress)
+		return ACT_NEXT;
+
+	struct pkt p = {};
+	struct nat fw = {};
+	p.v6 = 1;
+	p.t.proto = IPPROTO_ICMPV6_;
+	copy_addr(fw.src, outer_src);
+	copy_addr(fw.dst, c.dst);
+	return redirect(skb, &p, &fw);
+}
+
+// icmp translates an ICMP or ICMPv6 error about a translated connection.
+static __always_inline int icmp(struct __sk_buff *skb, int ingress)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+
+	if ((void *)(eth + 1) > end)
+		return ACT_NEXT;
+	if (eth->h_proto == bpf_htons(ETH_P_IP))
+		return icmp4(skb, ingress);
+	return icmp6(skb, ingress);
+}
+
 SEC("tcx/ingress")
 int kpng_nodeport_in(struct __sk_buff *skb)
 {
@@ -592,7 +692,7 @@ int kpng_nodeport_in(struct __sk_buff *skb)
 	struct nat n;
 
 	if (!parse(skb, &p))
-		return icmp4(skb, 1);
+		return icmp(skb, 1);
 	int r = reverse(skb, &p, &n);
 	if (r < 0)
 		return ACT_DROP;
@@ -608,6 +708,6 @@ int kpng_nodeport_out(struct __sk_buff *skb)
 	struct nat n;
 
 	if (!parse(skb, &p))
-		return icmp4(skb, 0);
+		return icmp(skb, 0);
 	return reverse(skb, &p, &n) < 0 ? ACT_DROP : ACT_NEXT;
 }
