@@ -119,7 +119,9 @@ func mapsMemory(t *testing.T, s *socketLab) string {
 	for _, m := range []struct {
 		name string
 		m    *ebpf.Map
-	}{{"services", km.services}, {"slots", km.slots}, {"members", km.members}, {"affinity", s.objs.KpngAffinity}, {"flows", s.objs.KpngFlows}, {"revnat", s.objs.KpngRevnat}} {
+	}{{"services", km.services}, {"slots", km.slots}, {"members", km.members}, {"affinity", s.objs.KpngAffinity}, {"flows", s.objs.KpngFlows}, {"revnat", s.objs.KpngRevnat},
+		// The north-south programs' own maps.
+		{"ct", s.plugin.objs.np.KpngCt}, {"rct", s.plugin.objs.np.KpngRct}, {"client affinity", s.plugin.objs.np.KpngClientAffinity}} {
 		info, err := m.m.Info()
 		if err != nil {
 			t.Fatal(err)
