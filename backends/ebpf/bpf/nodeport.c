@@ -11,6 +11,8 @@
 // interface they arrive on (masqueraded: they are addressed to the node) or
 // at the egress of the one they leave by (not masqueraded: the node routes
 // them to the client).
+// ICMP errors about a translated connection are translated back as
+// conntrack's RELATED ones are (icmp4, icmp6).
 //
 // A packet translated at ingress is forwarded by the program (bpf_fib_lookup,
 // then bpf_redirect_neigh), not handed to the stack: its source may now be
