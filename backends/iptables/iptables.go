@@ -27,6 +27,7 @@ import (
 	"github.com/kpng/kpng/backend"
 	"github.com/kpng/kpng/proxyutil/host"
 	"github.com/kpng/kpng/proxyutil/metrics"
+	"github.com/kpng/kpng/proxyutil/nfacct"
 	"github.com/kpng/kpng/proxyutil/sysctl"
 )
 
@@ -119,6 +120,16 @@ func (p *Plugin) open(ctx context.Context) (*Backend, error) {
 		return nil, errors.New("no IP family can be programmed")
 	}
 	if !cfg.DryRun {
+		// kube-proxy's nfacct counters, for two of its metrics; without
+		// them the rules just do not count.
+		if acct, err := nfacct.Open(); err != nil {
+			log.Error(err, "No nfacct counters; the metrics that read them will not be updated")
+		} else {
+			context.AfterFunc(ctx, func() { acct.Close() })
+			for _, px := range b.proxiers {
+				px.acct = acct
+			}
+		}
 		for _, px := range b.proxiers {
 			if px.ipv6 {
 				continue

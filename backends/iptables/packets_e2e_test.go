@@ -164,6 +164,15 @@ func TestPacketsLocalhostNodePorts(t *testing.T) {
 		nodePort := netip.MustParseAddrPort("127.0.0.1:30090")
 		netlab.Eventually(t, packetsSettle, func() netlab.Result { return n1.Dial(netlab.TCP, nodePort, packetsAnswer) }, netlab.Answered("pod-c"))
 		checkServers(t, n1, ext)
+		// kube-proxy's nfacct metric counted the connection to the
+		// localhost node port (its first packet: the rule is in nat).
+		m := getAll(t, &n1.Host, "http://127.0.0.1:10249/metrics")
+		if !regexp.MustCompile(`(?m)^kubeproxy_iptables_localhost_nodeports_accepted_packets_total [1-9]`).MatchString(m) {
+			t.Errorf("/metrics: kubeproxy_iptables_localhost_nodeports_accepted_packets_total is not above 0 after a connection to 127.0.0.1:30090")
+		}
+		if !regexp.MustCompile(`(?m)^kubeproxy_iptables_ct_state_invalid_dropped_packets_total [0-9]`).MatchString(m) {
+			t.Errorf("/metrics lacks kubeproxy_iptables_ct_state_invalid_dropped_packets_total")
+		}
 		before := daemon.fromOutside.Load()
 		sendFrom(t, ext, target, 20)
 		// The node's own datagram, sent after them, reaches the daemon;

@@ -17,6 +17,7 @@ import (
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
 	"github.com/kpng/kpng/proxyutil/host"
+	"github.com/kpng/kpng/proxyutil/nfacct"
 )
 
 // proxier programs one IP family's tables (ip or ip6), as kube-proxy runs
@@ -34,6 +35,13 @@ type proxier struct {
 	// dropInvalid: nf_conntrack_tcp_be_liberal is off, so INVALID packets
 	// are dropped in KPNG-FORWARD (kubernetes#74839).
 	dropInvalid bool
+	// acct makes kube-proxy's nfacct counters (nil: none, as in tests);
+	// invalidAcct: the INVALID drop counts into its counter (the renderer's
+	// localhostAcct does the same for localhost node ports); acctFailed:
+	// a counter could not be made, said once.
+	acct        counterMaker
+	invalidAcct bool
+	acctFailed  bool
 	markMasq    string
 
 	// The in-memory record of what the tables hold: per service, what was
@@ -185,6 +193,7 @@ func (p *proxier) fullSync(ctx context.Context, state *backend.State, changes ba
 		unchanged = func(k backend.ServiceKey) bool { return !changed[k] }
 	}
 	p.setNode(state)
+	p.ensureCounters(ctx)
 	saved, err := p.run.save(ctx)
 	if err != nil {
 		p.needFull = true
@@ -363,7 +372,11 @@ func (p *proxier) writeFixed(b *bytes.Buffer, tbl string) {
 		return
 	}
 	if p.dropInvalid {
-		add(b, chainForward).w("-m", "conntrack", "--ctstate", "INVALID", "-j", "DROP").end()
+		l := add(b, chainForward).w("-m", "conntrack", "--ctstate", "INVALID")
+		if p.invalidAcct {
+			l = l.w("-m", "nfacct", "--nfacct-name", nfacct.InvalidDropped)
+		}
+		l.w("-j", "DROP").end()
 	}
 	add(b, chainForward).w(comment("kubernetes forwarding rules")...).w("-m", "mark", "--mark", mark, "-j", "ACCEPT").end()
 	add(b, chainForward).w(comment("kubernetes forwarding conntrack rule")...).w("-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT").end()
@@ -623,4 +636,29 @@ func cleanupInput(saved []byte) []byte {
 		b.WriteString("COMMIT\n")
 	}
 	return b.Bytes()
+}
+
+// counterMaker makes an nfacct counter unless it exists (nfacct.Client).
+type counterMaker interface{ Ensure(name string) error }
+
+// ensureCounters makes kube-proxy's nfacct counters, as it does before
+// each full sync, so that its metrics
+// (kubeproxy_iptables_localhost_nodeports_accepted_packets_total,
+// kubeproxy_iptables_ct_state_invalid_dropped_packets_total) count; the
+// rules count only into counters that exist (iptables refuses a rule
+// naming a missing one).
+func (p *proxier) ensureCounters(ctx context.Context) {
+	made := func(name string) bool {
+		if p.acct == nil {
+			return false
+		}
+		err := p.acct.Ensure(name)
+		if err != nil && !p.acctFailed {
+			p.acctFailed = true
+			klog.FromContext(ctx).Error(err, "Failed to create nfacct counter; the corresponding metric will not be updated", "counter", name, "family", p.name())
+		}
+		return err == nil
+	}
+	p.rend.localhostAcct = p.localhostNodePorts && made(nfacct.LocalhostNodePortsAccepted)
+	p.invalidAcct = p.dropInvalid && made(nfacct.InvalidDropped)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/proxyutil/host"
+	"github.com/kpng/kpng/proxyutil/nfacct"
 )
 
 // shared names a chain that every service writes a fragment of. Their rules
@@ -85,6 +86,9 @@ type renderer struct {
 	// nodeIP is the node's primary IP of the family (invalid if unknown),
 	// for the load-balancer source-range exception of traffic from the node.
 	nodeIP netip.Addr
+	// localhostAcct: node ports on 127.0.0.0/8 are counted into
+	// kube-proxy's nfacct counter (a rule of their own before the port's).
+	localhostAcct bool
 	// probabilities caches "%0.10f" of 1/n, which is slow to format.
 	probabilities []string
 }
@@ -280,6 +284,10 @@ func (r *renderer) render(se *localv1.ServiceEndpoints) *rendered {
 		if p.NodePort != 0 {
 			nodePort := strconv.Itoa(int(p.NodePort))
 			if usesExt {
+				if r.localhostAcct {
+					add(&frag[natNodePorts], chainNodePorts).w(comment(name)...).w(l4...).
+						w("-d", "127.0.0.0/8", "--dport", nodePort, "-m", "nfacct", "--nfacct-name", nfacct.LocalhostNodePortsAccepted, "-j", extChain).end()
+				}
 				add(&frag[natNodePorts], chainNodePorts).w(comment(name)...).w(l4...).
 					w("--dport", nodePort, "-j", extChain).end()
 			}

@@ -589,3 +589,55 @@ func TestPeriodicSyncChecksTheCanary(t *testing.T) {
 		t.Fatal("an hour after the last full sync, a periodic sync must be full")
 	}
 }
+
+// fakeCounters is an nfacct that makes counters, or refuses with err.
+type fakeCounters struct {
+	made []string
+	err  error
+}
+
+func (f *fakeCounters) Ensure(name string) error {
+	f.made = append(f.made, name)
+	return f.err
+}
+
+// With kube-proxy's nfacct counters made, localhost node ports and the
+// INVALID drop count into them, as kube-proxy's rules do; a counter that
+// cannot be made leaves its rule without the match (iptables would refuse
+// the whole restore otherwise).
+func TestNFAcctCounters(t *testing.T) {
+	st := newState(named("np", "10.96.0.11", func(s *localv1.Service) {
+		s.Type = localv1.ServiceType_NODE_PORT
+		s.Ports[0].NodePort = 30080
+	}, ep("10.244.1.5", 8080, true)))
+	nodePorts := func(acct *fakeCounters) (nat, filter string) {
+		f := newFakeTables()
+		p := newProxier(false, testConfig(), f)
+		p.acct = acct
+		mustSync(t, p, st, backend.Changes{Reset: true})
+		return f.chain("nat", chainNodePorts), f.chain("filter", chainForward)
+	}
+	ext := "KPNG-EXT-" + hashName("ns/np:p", "tcp")
+
+	acct := &fakeCounters{}
+	nat, filter := nodePorts(acct)
+	if diff := cmp.Diff([]string{"localhost_nps_accepted_pkts", "ct_state_invalid_dropped_pkts"}, acct.made); diff != "" {
+		t.Errorf("counters made (-want +got):\n%s", diff)
+	}
+	wantNat := `-m comment --comment "ns/np:p" -m tcp -p tcp -d 127.0.0.0/8 --dport 30080 -m nfacct --nfacct-name localhost_nps_accepted_pkts -j ` + ext + `
+-m comment --comment "ns/np:p" -m tcp -p tcp --dport 30080 -j ` + ext + "\n"
+	if diff := cmp.Diff(wantNat, nat); diff != "" {
+		t.Errorf("nat KPNG-NODEPORTS (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(filter, "-m conntrack --ctstate INVALID -m nfacct --nfacct-name ct_state_invalid_dropped_pkts -j DROP\n") {
+		t.Errorf("filter KPNG-FORWARD does not count INVALID drops:\n%s", filter)
+	}
+
+	nat, filter = nodePorts(&fakeCounters{err: errors.New("no nfnetlink_acct")})
+	if strings.Contains(nat+filter, "nfacct") {
+		t.Errorf("rules name counters that could not be made:\n%s%s", nat, filter)
+	}
+	if !strings.Contains(filter, "-m conntrack --ctstate INVALID -j DROP\n") {
+		t.Errorf("without its counter, the INVALID drop went:\n%s", filter)
+	}
+}

@@ -152,6 +152,8 @@ func histogramVec(name, help string, buckets []float64, labels ...string) *metri
 var (
 	registerMu sync.Mutex
 	registered = map[metrics.Registerable]bool{}
+	// nfacctRegistered: the nfacct collectors (not Registerables) are.
+	nfacctRegistered bool
 )
 
 var (
@@ -193,5 +195,9 @@ func Register(mode string) {
 			registered[c] = true
 			legacyregistry.MustRegister(c)
 		}
+	}
+	if mode == ModeIPTables && !nfacctRegistered {
+		nfacctRegistered = true
+		legacyregistry.CustomMustRegister(LocalhostNodePortsAcceptedPackets, IPTablesCTStateInvalidDroppedPackets)
 	}
 }

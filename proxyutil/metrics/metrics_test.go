@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
+	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 )
 
@@ -39,6 +40,8 @@ var upstream = []struct {
 	{"kubeproxy_sync_proxy_rules_iptables_last", "GAUGE", "Number of iptables rules written by kube-proxy in last sync", []string{"ip_family", "table"}},
 	{"kubeproxy_conntrack_reconciler_sync_duration_seconds", "HISTOGRAM", "ReconcileConntrackFlowsLatency latency in seconds", []string{"ip_family"}},
 	{"kubeproxy_conntrack_reconciler_deleted_entries_total", "COUNTER", "Cumulative conntrack flows deleted by conntrack reconciler", []string{"ip_family"}},
+	{"kubeproxy_iptables_localhost_nodeports_accepted_packets_total", "COUNTER", "Number of packets accepted on nodeports of loopback interface", nil},
+	{"kubeproxy_iptables_ct_state_invalid_dropped_packets_total", "COUNTER", "packets dropped by iptables to work around conntrack problems", nil},
 }
 
 // touchAll gives every vector one child, so that every metric is exposed.
@@ -62,6 +65,10 @@ func touchAll() {
 	}
 	ProxyHealthzTotal.WithLabelValues("200").Add(0)
 	ProxyLivezTotal.WithLabelValues("200").Add(0)
+	// The nfacct counters are the kernel's: read as if it held 3 packets.
+	for _, c := range []*nfacctCollector{LocalhostNodePortsAcceptedPackets, IPTablesCTStateInvalidDroppedPackets} {
+		c.read = func(string) (uint64, error) { return 3, nil }
+	}
 }
 
 func gather(t *testing.T) map[string]*dto.MetricFamily {
@@ -249,5 +256,23 @@ func TestRunFailsOnBusyAddress(t *testing.T) {
 	err = (&Server{Addr: ln.Addr().String()}).Run(context.Background())
 	if err == nil || !strings.Contains(err.Error(), ln.Addr().String()) {
 		t.Errorf("Run on a busy address: %v, want an error naming it", err)
+	}
+}
+
+// A counter the kernel does not have (not made yet, no nfnetlink_acct) is
+// left out of the scrape, not reported as 0 nor failing it.
+func TestNFAcctCollectorSkipsAnUnreadableCounter(t *testing.T) {
+	c := newNFAcctCollector("missing", LocalhostNodePortsAcceptedPackets.desc)
+	c.read = func(string) (uint64, error) { return 0, io.ErrUnexpectedEOF }
+	ch := make(chan metrics.Metric, 1)
+	c.CollectWithStability(ch)
+	if len(ch) != 0 {
+		t.Errorf("an unreadable counter was reported")
+	}
+	c.read = func(string) (uint64, error) { return 7, nil }
+	c.CollectWithStability(ch)
+	var m dto.Metric
+	if err := (<-ch).Write(&m); err != nil || m.GetCounter().GetValue() != 7 {
+		t.Errorf("counter = %v, %v; want 7", m.GetCounter().GetValue(), err)
 	}
 }
