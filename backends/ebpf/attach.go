@@ -127,7 +127,11 @@ func (o *Objects) Close() error {
 }
 
 // Maps returns the Maps the dataplane writes.
-func (o *Objects) Maps() Maps { return newKernelMaps(&o.objs.sockMaps) }
+func (o *Objects) Maps() Maps {
+	km := newKernelMaps(&o.objs.sockMaps)
+	km.ranges = o.np.KpngSourceRanges
+	return km
+}
 
 // Attach attaches every program to the cgroup (v2) at cgroupPath as
 // bpf_links pinned under pinDir. A link pinned by an earlier run on the

@@ -30,6 +30,9 @@ type ServiceValue struct {
 	// NodePort: an outside frontend on a node address; with Count 0 and
 	// not Drop, its packets go to the stack, which refuses them.
 	NodePort bool
+	// SourceRanges: new connections only from the frontend's ranges
+	// (Maps.PutRanges).
+	SourceRanges bool
 }
 
 // KernelSet is a backend set found in the kernel: its endpoints by slot
@@ -58,6 +61,12 @@ type Maps interface {
 	Dump() (map[Frontend]ServiceValue, map[uint32]KernelSet, error)
 	// DumpServices reads back the services only, for a periodic check.
 	DumpServices() (map[Frontend]ServiceValue, error)
+	// PutRanges writes client prefixes allowed to reach an outside
+	// frontend (loadBalancerSourceRanges), DeleteRanges deletes them
+	// (missing ones are not an error), DumpRanges reads them back.
+	PutRanges(f Frontend, ps []netip.Prefix) error
+	DeleteRanges(f Frontend, ps []netip.Prefix) error
+	DumpRanges() (map[Frontend][]netip.Prefix, error)
 }
 
 // liveSet is a backend set as written.
@@ -78,6 +87,7 @@ type Dataplane struct {
 
 	services map[backend.ServiceKey]*Rendered
 	written  map[Frontend]ServiceValue
+	ranges   map[Frontend][]netip.Prefix // written source ranges, sorted
 	owners   map[Frontend]backend.ServiceKey
 	sets     map[string]*liveSet
 	setIDs   idPool
@@ -103,6 +113,7 @@ func NewDataplane(m Maps) *Dataplane {
 func (d *Dataplane) forget() {
 	d.services = map[backend.ServiceKey]*Rendered{}
 	d.written = map[Frontend]ServiceValue{}
+	d.ranges = map[Frontend][]netip.Prefix{}
 	d.owners = map[Frontend]backend.ServiceKey{}
 	d.sets = map[string]*liveSet{}
 	d.affinity = map[string]uint32{}
@@ -185,6 +196,10 @@ func (d *Dataplane) reset(st *backend.State) error {
 	if err != nil {
 		return fmt.Errorf("reading the maps: %w", err)
 	}
+	kRanges, err := d.m.DumpRanges()
+	if err != nil {
+		return fmt.Errorf("reading the source ranges: %w", err)
+	}
 	for id := range kSets {
 		d.setIDs.reserve(id)
 	}
@@ -217,6 +232,22 @@ func (d *Dataplane) reset(st *backend.State) error {
 			if err := d.m.DeleteService(f); err != nil {
 				return fmt.Errorf("deleting stale frontend %s: %w", f, err)
 			}
+		}
+	}
+	// Ranges no frontend has any more: after the frontends that used them
+	// stopped filtering, or were deleted.
+	for _, f := range sortedFrontends(kRanges) {
+		var stale []netip.Prefix
+		for _, p := range kRanges[f] {
+			if _, ok := slices.BinarySearchFunc(d.ranges[f], p, comparePrefix); !ok {
+				stale = append(stale, p)
+			}
+		}
+		if len(stale) == 0 {
+			continue
+		}
+		if err := d.m.DeleteRanges(f, stale); err != nil {
+			return fmt.Errorf("deleting stale source ranges of %s: %w", f, err)
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(kSets)) {
@@ -269,13 +300,31 @@ func (d *Dataplane) apply(k backend.ServiceKey, r *Rendered) error {
 		if rt.AffinitySec > 0 {
 			v.AffinitySec, v.AffinityID = rt.AffinitySec, d.affinityID(rt.AffinityKey)
 		}
-		if w, ok := d.written[f]; ok && w == v {
-			continue
+		v.SourceRanges = len(rt.SourceRanges) > 0
+		// Source ranges: the new ones before the frontend filters on
+		// them, the old ones deleted after it stopped.
+		add, del := diffPrefixes(d.ranges[f], rt.SourceRanges)
+		if len(add) > 0 {
+			if err := d.m.PutRanges(f, add); err != nil {
+				return fmt.Errorf("service %s: writing the source ranges of %s: %w", k, f, err)
+			}
+			d.ranges[f] = mergePrefixes(d.ranges[f], add)
 		}
-		if err := d.m.PutService(f, v); err != nil {
-			return fmt.Errorf("service %s: writing frontend %s: %w", k, f, err)
+		if w, ok := d.written[f]; !ok || w != v {
+			if err := d.m.PutService(f, v); err != nil {
+				return fmt.Errorf("service %s: writing frontend %s: %w", k, f, err)
+			}
+			d.written[f], d.owners[f] = v, k
 		}
-		d.written[f], d.owners[f] = v, k
+		if len(del) > 0 {
+			if err := d.m.DeleteRanges(f, del); err != nil {
+				return fmt.Errorf("service %s: deleting source ranges of %s: %w", k, f, err)
+			}
+			d.ranges[f] = slices.Clone(rt.SourceRanges)
+		}
+		if len(d.ranges[f]) == 0 {
+			delete(d.ranges, f)
+		}
 	}
 	// 3. Delete the frontends the Service no longer has.
 	if old != nil {
@@ -288,6 +337,12 @@ func (d *Dataplane) apply(k backend.ServiceKey, r *Rendered) error {
 			}
 			delete(d.written, f)
 			delete(d.owners, f)
+			if ps := d.ranges[f]; len(ps) > 0 {
+				if err := d.m.DeleteRanges(f, ps); err != nil {
+					return fmt.Errorf("service %s: deleting source ranges of %s: %w", k, f, err)
+				}
+				delete(d.ranges, f)
+			}
 		}
 		for _, name := range slices.Sorted(maps.Keys(old.Sets)) {
 			if _, ok := r.Sets[name]; !ok {
@@ -319,6 +374,28 @@ func (d *Dataplane) apply(k backend.ServiceKey, r *Rendered) error {
 		d.services[k] = r
 	}
 	return nil
+}
+
+// diffPrefixes returns what want adds to have and what it drops (both
+// sorted).
+func diffPrefixes(have, want []netip.Prefix) (add, del []netip.Prefix) {
+	for _, p := range want {
+		if _, ok := slices.BinarySearchFunc(have, p, comparePrefix); !ok {
+			add = append(add, p)
+		}
+	}
+	for _, p := range have {
+		if _, ok := slices.BinarySearchFunc(want, p, comparePrefix); !ok {
+			del = append(del, p)
+		}
+	}
+	return add, del
+}
+
+func mergePrefixes(a, b []netip.Prefix) []netip.Prefix {
+	out := append(slices.Clone(a), b...)
+	slices.SortFunc(out, comparePrefix)
+	return slices.Compact(out)
 }
 
 func (d *Dataplane) affinityID(key string) uint32 {

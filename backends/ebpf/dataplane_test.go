@@ -298,3 +298,60 @@ func TestFrontendClaimedTwiceKeepsTheFirst(t *testing.T) {
 	h.mustSync(nil, "b")
 	h.wantEndpoints(fe("203.0.113.1:80", protoTCP), "10.0.1.1:8080")
 }
+
+// TestSourceRangesAreWrittenBeforeTheFrontendFilters: a load-balancer IP's
+// outside frontend gets its loadBalancerSourceRanges before it filters on
+// them and loses them only after it stopped (FakeMaps checks that a
+// filtering frontend always has some); a reset deletes the ranges no
+// frontend has.
+func TestSourceRangesAreWrittenBeforeTheFrontendFilters(t *testing.T) {
+	fake := NewFakeMaps()
+	stale := Frontend{Addr: netip.MustParseAddr("198.51.100.9"), Port: 80, Proto: protoTCP, Outside: true}
+	fake.Ranges[stale] = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")} // an earlier run's
+	h := newHarness(t, fake)
+	lb := func(ranges ...string) *localv1.ServiceEndpoints {
+		se := svc("lb", "10.96.0.10", "10.0.1.1:8080")
+		se.Service.Type = localv1.ServiceType_LOAD_BALANCER
+		se.Service.LoadBalancerIps = []string{"198.51.100.1"}
+		se.Service.ExternalIps = []string{"203.0.113.1"}
+		se.Service.LoadBalancerSourceRanges = ranges
+		return se
+	}
+	lbOut := Frontend{Addr: netip.MustParseAddr("198.51.100.1"), Port: 80, Proto: protoTCP, Outside: true}
+	extOut := Frontend{Addr: netip.MustParseAddr("203.0.113.1"), Port: 80, Proto: protoTCP, Outside: true}
+	want := func(f Frontend, ranges ...string) {
+		t.Helper()
+		var ps []netip.Prefix
+		for _, r := range ranges {
+			ps = append(ps, netip.MustParsePrefix(r))
+		}
+		if got := fake.Ranges[f]; !slices.Equal(got, ps) {
+			t.Errorf("%s: ranges %v, want %v", f, got, ps)
+		}
+		if fake.Services[f].SourceRanges != (len(ps) > 0) {
+			t.Errorf("%s: filters %v with ranges %v", f, fake.Services[f].SourceRanges, ps)
+		}
+	}
+
+	h.mustSync([]*localv1.ServiceEndpoints{lb("192.0.2.0/24", "10.1.0.0/16")})
+	want(lbOut, "10.1.0.0/16", "192.0.2.0/24")
+	want(extOut) // external IPs are not filtered, as kube-proxy
+	want(stale)  // the earlier run's ranges are gone
+	h.wantOrder("put-ranges "+lbOut.String(), "put-service "+lbOut.String())
+
+	h.mustSync([]*localv1.ServiceEndpoints{lb("192.0.2.0/24", "172.16.0.0/12")})
+	want(lbOut, "172.16.0.0/12", "192.0.2.0/24")
+
+	h.mustSync([]*localv1.ServiceEndpoints{lb()})
+	want(lbOut)
+	h.wantOrder("put-service "+lbOut.String(), "delete-ranges "+lbOut.String())
+
+	h.mustSync([]*localv1.ServiceEndpoints{lb("0.0.0.0/0")}) // everyone: no filter
+	want(lbOut)
+
+	h.mustSync([]*localv1.ServiceEndpoints{lb("192.0.2.0/24")})
+	h.mustSync(nil, "lb")
+	if len(fake.Ranges) != 0 {
+		t.Errorf("ranges left after the Service went: %v", fake.Ranges)
+	}
+}

@@ -15,6 +15,7 @@ type FakeMaps struct {
 	Services map[Frontend]ServiceValue
 	Slots    map[[2]uint32]netip.AddrPort // (set, slot)
 	Members  map[uint32]map[netip.AddrPort]uint32
+	Ranges   map[Frontend][]netip.Prefix
 	// Ops logs each operation, e.g. "put-set 3 [10.0.0.1:80]".
 	Ops []string
 	// Err, if set, is returned by the next operation (then cleared).
@@ -25,7 +26,7 @@ type FakeMaps struct {
 
 // NewFakeMaps returns empty maps.
 func NewFakeMaps() *FakeMaps {
-	return &FakeMaps{Services: map[Frontend]ServiceValue{}, Slots: map[[2]uint32]netip.AddrPort{}, Members: map[uint32]map[netip.AddrPort]uint32{}}
+	return &FakeMaps{Services: map[Frontend]ServiceValue{}, Slots: map[[2]uint32]netip.AddrPort{}, Members: map[uint32]map[netip.AddrPort]uint32{}, Ranges: map[Frontend][]netip.Prefix{}}
 }
 
 func (f *FakeMaps) fail() error {
@@ -40,6 +41,12 @@ func (f *FakeMaps) check(op string) {
 		return
 	}
 	for fe, v := range f.Services {
+		// A frontend that filters on source ranges has some, or it
+		// would drop every client.
+		if v.SourceRanges && len(f.Ranges[fe]) == 0 {
+			f.Broken = fmt.Errorf("after %q: frontend %s filters on source ranges but has none", op, fe)
+			return
+		}
 		for i := range v.Count {
 			if _, ok := f.Slots[[2]uint32{v.Set, i}]; !ok {
 				f.Broken = fmt.Errorf("after %q: frontend %s has count %d but set %d lacks slot %d", op, fe, v.Count, v.Set, i)
@@ -136,6 +143,41 @@ func (f *FakeMaps) DumpServices() (map[Frontend]ServiceValue, error) {
 		return nil, err
 	}
 	return maps.Clone(f.Services), nil
+}
+
+// PutRanges implements Maps.
+func (f *FakeMaps) PutRanges(fe Frontend, ps []netip.Prefix) error {
+	if err := f.fail(); err != nil {
+		return err
+	}
+	f.Ranges[fe] = mergePrefixes(f.Ranges[fe], ps)
+	f.log(fmt.Sprintf("put-ranges %s %v", fe, ps))
+	return nil
+}
+
+// DeleteRanges implements Maps.
+func (f *FakeMaps) DeleteRanges(fe Frontend, ps []netip.Prefix) error {
+	if err := f.fail(); err != nil {
+		return err
+	}
+	f.Ranges[fe] = slices.DeleteFunc(slices.Clone(f.Ranges[fe]), func(p netip.Prefix) bool { return slices.Contains(ps, p) })
+	if len(f.Ranges[fe]) == 0 {
+		delete(f.Ranges, fe)
+	}
+	f.log(fmt.Sprintf("delete-ranges %s %v", fe, ps))
+	return nil
+}
+
+// DumpRanges implements Maps.
+func (f *FakeMaps) DumpRanges() (map[Frontend][]netip.Prefix, error) {
+	if err := f.fail(); err != nil {
+		return nil, err
+	}
+	out := map[Frontend][]netip.Prefix{}
+	for fe, ps := range f.Ranges {
+		out[fe] = slices.Clone(ps)
+	}
+	return out, nil
 }
 
 // Resolve returns the endpoints a socket dialling fe may reach now, as the

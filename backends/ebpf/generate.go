@@ -9,4 +9,4 @@ package ebpf
 // -I/usr/include/x86_64-linux-gnu: Debian keeps asm/types.h, which
 // linux/bpf.h includes, under the multiarch folder.
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -target bpfel -type svc_key -type svc_val -type slot_key -type endpoint -type rev_key -type affinity_key -type affinity_val -type member_key -type flow_key -type flow_val sock bpf/sock.c -- -O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -target bpfel -type tuple -type nat nodeport bpf/nodeport.c -- -O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -target bpfel -type tuple -type nat -type range_key nodeport bpf/nodeport.c -- -O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu

@@ -15,6 +15,7 @@ type kernelMaps struct {
 	services *ebpf.Map
 	slots    *ebpf.Map
 	members  *ebpf.Map
+	ranges   *ebpf.Map // kpng_source_ranges, of the node-port programs
 }
 
 func newKernelMaps(m *sockMaps) *kernelMaps {
@@ -79,6 +80,7 @@ const (
 	svcFlagDrop = 1 // SVC_F_DROP
 	svcFlagMasq = 2 // SVC_F_MASQ
 	svcFlagNode = 4 // SVC_F_NODEPORT
+	svcFlagSrc  = 8 // SVC_F_RANGES
 )
 
 func serviceValue(v ServiceValue) sockSvcVal {
@@ -92,11 +94,14 @@ func serviceValue(v ServiceValue) sockSvcVal {
 	if v.NodePort {
 		out.Flags |= svcFlagNode
 	}
+	if v.SourceRanges {
+		out.Flags |= svcFlagSrc
+	}
 	return out
 }
 
 func valueService(v sockSvcVal) ServiceValue {
-	return ServiceValue{Set: v.Set, Count: v.Count, AffinitySec: v.AffinitySec, AffinityID: v.AffinityId, Drop: v.Flags&svcFlagDrop != 0, Masquerade: v.Flags&svcFlagMasq != 0, NodePort: v.Flags&svcFlagNode != 0}
+	return ServiceValue{Set: v.Set, Count: v.Count, AffinitySec: v.AffinitySec, AffinityID: v.AffinityId, Drop: v.Flags&svcFlagDrop != 0, Masquerade: v.Flags&svcFlagMasq != 0, NodePort: v.Flags&svcFlagNode != 0, SourceRanges: v.Flags&svcFlagSrc != 0}
 }
 
 // PutSet implements Maps, with one batch update per map.
@@ -226,6 +231,67 @@ func (k *kernelMaps) Dump() (map[Frontend]ServiceValue, map[uint32]KernelSet, er
 		return nil, nil, fmt.Errorf("members: %w", err)
 	}
 	return svcs, sets, nil
+}
+
+// rangeKey is the key of a client prefix of frontend f: the frontend's 160
+// bits, then the prefix (IPv4 as IPv4-mapped: 96 more bits).
+func rangeKey(f Frontend, p netip.Prefix) nodeportRangeKey {
+	bits := p.Bits()
+	if p.Addr().Is4() {
+		bits += 96
+	}
+	return nodeportRangeKey{Prefixlen: uint32(160 + bits), Svc: nodeportSvcKey(frontendKey(f)), Addr: addrKey(p.Masked().Addr())}
+}
+
+func keyRange(k nodeportRangeKey) (Frontend, netip.Prefix) {
+	a := keyAddr(k.Addr)
+	bits := int(k.Prefixlen) - 160
+	if a.Is4() {
+		bits -= 96
+	}
+	return keyFrontend(sockSvcKey(k.Svc)), netip.PrefixFrom(a, bits)
+}
+
+// PutRanges implements Maps.
+func (k *kernelMaps) PutRanges(f Frontend, ps []netip.Prefix) error {
+	one := uint8(1)
+	for _, p := range ps {
+		key := rangeKey(f, p)
+		if err := k.ranges.Put(&key, &one); err != nil {
+			return fmt.Errorf("source range %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// DeleteRanges implements Maps.
+func (k *kernelMaps) DeleteRanges(f Frontend, ps []netip.Prefix) error {
+	for _, p := range ps {
+		key := rangeKey(f, p)
+		if err := k.ranges.Delete(&key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("source range %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// DumpRanges implements Maps.
+func (k *kernelMaps) DumpRanges() (map[Frontend][]netip.Prefix, error) {
+	out := map[Frontend][]netip.Prefix{}
+	var key nodeportRangeKey
+	var v uint8
+	it := k.ranges.Iterate()
+	for it.Next(&key, &v) {
+		f, p := keyRange(key)
+		out[f] = append(out[f], p)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("source ranges: %w", err)
+	}
+	for f := range out {
+		slices.SortFunc(out[f], comparePrefix)
+	}
+	return out, nil
 }
 
 // batchDump reads every entry of a hash map, thousands per system call.

@@ -48,6 +48,13 @@ type nodeportNat struct {
 	Set   uint32
 }
 
+type nodeportRangeKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Svc       nodeportSvcKey
+	Addr      [4]uint32
+}
+
 type nodeportSlotKey struct {
 	_    structs.HostLayout
 	Set  uint32
@@ -91,6 +98,7 @@ const (
 	nodeportMapKpngRct            = "kpng_rct"
 	nodeportMapKpngServices       = "kpng_services"
 	nodeportMapKpngSlots          = "kpng_slots"
+	nodeportMapKpngSourceRanges   = "kpng_source_ranges"
 	nodeportProgKpngNodeportIn    = "kpng_nodeport_in"
 	nodeportProgKpngNodeportOut   = "kpng_nodeport_out"
 	nodeportVarEphMax             = "eph_max"
@@ -153,6 +161,7 @@ type nodeportMapSpecs struct {
 	KpngRct            *ebpf.MapSpec `ebpf:"kpng_rct"`
 	KpngServices       *ebpf.MapSpec `ebpf:"kpng_services"`
 	KpngSlots          *ebpf.MapSpec `ebpf:"kpng_slots"`
+	KpngSourceRanges   *ebpf.MapSpec `ebpf:"kpng_source_ranges"`
 }
 
 // nodeportVariableSpecs contains global variables before they are loaded into the kernel.
@@ -189,6 +198,7 @@ type nodeportMaps struct {
 	KpngRct            *ebpf.Map `ebpf:"kpng_rct"`
 	KpngServices       *ebpf.Map `ebpf:"kpng_services"`
 	KpngSlots          *ebpf.Map `ebpf:"kpng_slots"`
+	KpngSourceRanges   *ebpf.Map `ebpf:"kpng_source_ranges"`
 }
 
 func (m *nodeportMaps) Close() error {
@@ -199,6 +209,7 @@ func (m *nodeportMaps) Close() error {
 		m.KpngRct,
 		m.KpngServices,
 		m.KpngSlots,
+		m.KpngSourceRanges,
 	)
 }
 

@@ -519,6 +519,20 @@ func TestNodePortFromOutside(t *testing.T) {
 		t.Errorf("tcp to a load-balancer IP without endpoints: %q, %v; want a timeout", line, err)
 	}
 
+	// loadBalancerSourceRanges: a client outside them cannot reach the
+	// load-balancer IP (dropped), still the node port (not filtered, as
+	// kube-proxy); inside them it can.
+	ranged := lbService(localv1.TrafficPolicy_CLUSTER, nsPod+"+local")
+	ranged.Service.LoadBalancerSourceRanges = []string{"198.51.100.0/24"}
+	l.set(t, ranged)
+	if line, err := l.tcp(nsLB+":80", 300*time.Millisecond); errName(err) != "timeout" {
+		t.Errorf("tcp to a load-balancer IP from outside its source ranges: %q, %v; want a timeout", line, err)
+	}
+	l.want(t, nsNode, nsPod, nsNodeToPod)
+	ranged.Service.LoadBalancerSourceRanges = []string{"198.51.100.0/24", "192.168.50.0/28"}
+	l.set(t, ranged)
+	l.want(t, nsLB, nsPod, nsNodeToPod)
+
 	// Two endpoints under Cluster: both are used.
 	l.set(t, lbService(localv1.TrafficPolicy_CLUSTER, nsPod+"+local", nsRemotePod))
 	seen := map[string]bool{}

@@ -76,6 +76,10 @@ type Route struct {
 	// NodePort: an outside frontend on a node address, which the node's
 	// stack refuses when the Service has no endpoint.
 	NodePort bool
+	// SourceRanges: an outside frontend of a load-balancer IP accepts new
+	// connections only from these client prefixes (the Service's
+	// loadBalancerSourceRanges); none: from anywhere.
+	SourceRanges []netip.Prefix
 }
 
 // Rendered is one Service of the view as the socket programs see it.
@@ -114,6 +118,16 @@ func Render(se *localv1.ServiceEndpoints, nodeAddrs []netip.Addr) (*Rendered, er
 			return nil, fmt.Errorf("service %s: external address: %w", key, err)
 		}
 		external = append(external, a)
+	}
+	lbIPs := map[netip.Addr]bool{}
+	for _, s := range svc.LoadBalancerIps {
+		if a, err := parseAddr(s); err == nil {
+			lbIPs[a] = true
+		}
+	}
+	ranges, err := sourceRanges(svc.LoadBalancerSourceRanges)
+	if err != nil {
+		return nil, fmt.Errorf("service %s: loadBalancerSourceRanges: %w", key, err)
 	}
 	var affinity uint32
 	if svc.ClientIpAffinitySeconds > 0 {
@@ -164,7 +178,11 @@ func Render(se *localv1.ServiceEndpoints, nodeAddrs []netip.Addr) (*Rendered, er
 		r.add(Frontend{Addr: clusterIP, Port: uint16(port.Port), Proto: proto}, route(internal))
 		for _, a := range external {
 			r.add(Frontend{Addr: a, Port: uint16(port.Port), Proto: proto}, route(base+"/cluster"))
-			r.add(Frontend{Addr: a, Port: uint16(port.Port), Proto: proto, Outside: true}, outside)
+			ext := outside
+			if lbIPs[a] { // kube-proxy filters the load-balancer IPs only
+				ext.SourceRanges = ranges
+			}
+			r.add(Frontend{Addr: a, Port: uint16(port.Port), Proto: proto, Outside: true}, ext)
 		}
 		if port.NodePort > 0 {
 			for _, a := range nodeAddrs {
@@ -176,6 +194,31 @@ func Render(se *localv1.ServiceEndpoints, nodeAddrs []netip.Addr) (*Rendered, er
 		}
 	}
 	return r, nil
+}
+
+// sourceRanges parses loadBalancerSourceRanges (canonical CIDRs of the
+// Service's family); a range holding every address is no filter (nil).
+func sourceRanges(cidrs []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, c := range cidrs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return nil, err
+		}
+		if p.Bits() == 0 {
+			return nil, nil
+		}
+		out = append(out, p.Masked())
+	}
+	slices.SortFunc(out, comparePrefix)
+	return slices.Compact(out), nil
+}
+
+func comparePrefix(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
 }
 
 // add adds a frontend; the first route of a frontend wins (a Service

@@ -21,6 +21,7 @@ struct svc_key {
 #define SVC_F_DROP 1 // no endpoint for this node, but some elsewhere: kube-proxy drops (the client times out)
 #define SVC_F_MASQ 2 // from outside: masquerade to the node's address (externalTrafficPolicy Cluster)
 #define SVC_F_NODEPORT 4 // from outside: a node port on a node address (without endpoints, the stack refuses it)
+#define SVC_F_RANGES 8   // from outside: only clients in kpng_source_ranges (loadBalancerSourceRanges)
 
 struct svc_val {
 	__u32 set;          // the backend set: slots (set, 0..count-1)

@@ -114,6 +114,23 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kpng_client_affinity SEC(".maps");
 
+// loadBalancerSourceRanges: a client prefix allowed to reach one frontend
+// (longest-prefix match on the frontend, then the client's address).
+struct range_key {
+	__u32 prefixlen; // 160 (the frontend) + the client prefix's bits
+	struct svc_key svc;
+	__u32 addr[4]; // IPv4 as ::ffff:a.b.c.d (a /24 is a /120)
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 65536);
+	__type(key, struct range_key);
+	__type(value, __u8);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_source_ranges SEC(".maps");
+
 struct pkt {
 	struct tuple t;
 	__u32 l4_off;   // of the TCP or UDP header
@@ -413,6 +430,16 @@ static __always_inline int forward(struct __sk_buff *skb, struct pkt *p)
 		if (!(svc->flags & SVC_F_DROP) && (svc->flags & SVC_F_NODEPORT))
 			return ACT_NEXT;
 		return ACT_DROP;
+	}
+	if (svc->flags & SVC_F_RANGES) {
+		// A new connection from a client outside the Service's
+		// loadBalancerSourceRanges: dropped, as kube-proxy drops it.
+		struct range_key rk = {};
+		rk.prefixlen = 8 * (sizeof(struct svc_key) + 16);
+		rk.svc = k;
+		copy_addr(rk.addr, p->t.src);
+		if (!bpf_map_lookup_elem(&kpng_source_ranges, &rk))
+			return ACT_DROP;
 	}
 	int masq = svc->flags & SVC_F_MASQ;
 	__u32 set = svc->set;
