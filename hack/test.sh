@@ -78,9 +78,9 @@ go -C hack/manifests test -race "$@" ./...
 log "go test hack/image (hack/image.sh twice: same digest; the tools run in the image; containerd imports it)"
 go -C hack/image test "$@" ./...
 
-log "go test hack/node/conformance (docs/conformance.md's table from recorded e2e runs)"
-go -C hack/node vet ./conformance/
-go -C hack/node test -race "$@" ./conformance/
+log "go test hack/node/conformance and mkimage (docs/conformance.md's table from recorded e2e runs; the node images' layers)"
+go -C hack/node vet ./conformance/ ./mkimage/ ./pause/
+go -C hack/node test -race "$@" ./conformance/ ./mkimage/
 
 # The real-node smoke test: two kubelet nodes (containerd, CNI bridge) in
 # network namespaces of their own, kpng's image from hack/image.sh deployed
