@@ -22,7 +22,7 @@ mode: nft
 date: 2026-11-25T15:00Z
 kpng: abc123
 kubernetes: v1.36.3
-focus: \[sig-network\] Services
+focus: \[sig-network\] (Services|Conntrack)
 seconds: 100
 ran: Ran 3 of 7000 Specs in 99.1 seconds
 result: FAIL! -- 1 Passed | 2 Failed | 0 Pending | 6997 Skipped
@@ -63,6 +63,7 @@ failed:
 	got := string(b)
 	for _, want := range []string{
 		"| kpng nft | 3 | 1 | 2 | 6997 |",
+		"`\\[sig-network\\] (Services\\|Conntrack)` | 100 |",
 		"| kube-proxy nft | 3 | 2 | 1 | 6997 |",
 		"- [sig-network] Services [It] should a **(kube-proxy nft passes it)**",
 		"- [sig-network] Services [It] should b (kube-proxy nft fails it too)",
