@@ -104,7 +104,7 @@ func dial(kind, addr string) string {
 		if err != nil {
 			return "err " + errName(err)
 		}
-		return fmt.Sprintf("ok %s peer=%s", strings.TrimSpace(string(buf[:n])), peerName(c))
+		return fmt.Sprintf("ok %s peer=%s", reached(buf[:n]), peerName(c))
 	case "udpflow": // ten datagrams from one socket: where did they go?
 		c, err := net.ListenUDP("udp", nil)
 		if err != nil {
@@ -125,7 +125,7 @@ func dial(kind, addr string) string {
 			if err != nil {
 				return "err " + errName(err)
 			}
-			seen[string(buf[:n])] = true
+			seen[reached(buf[:n])] = true
 		}
 		return fmt.Sprintf("ok %d endpoints", len(seen))
 	case "tcp6mapped": // an IPv6 socket dialling an IPv4 address, as dual-stack programs do
@@ -151,7 +151,7 @@ func dial(kind, addr string) string {
 			return "err " + errName(err)
 		}
 		peer := sa.(*unix.SockaddrInet6)
-		return fmt.Sprintf("ok %s peer=%s", strings.TrimSpace(string(buf[:n])), netip.AddrPortFrom(netip.AddrFrom16(peer.Addr), uint16(peer.Port)))
+		return fmt.Sprintf("ok %s peer=%s", reached(buf[:n]), netip.AddrPortFrom(netip.AddrFrom16(peer.Addr), uint16(peer.Port)))
 	case "connects": // "connects N ADDR": N connections, mean time of one
 		var n int
 		if _, err := fmt.Sscanf(addr, "%d %s", &n, &addr); err != nil {
@@ -185,7 +185,7 @@ func dial(kind, addr string) string {
 		if err != nil {
 			return "err " + errName(err)
 		}
-		return fmt.Sprintf("ok %s peer=%s", strings.TrimSpace(string(buf[:n])), from)
+		return fmt.Sprintf("ok %s peer=%s", reached(buf[:n]), from)
 	}
 	return "err unknown dial " + kind
 }
@@ -356,52 +356,21 @@ func newLab(t *testing.T) *lab {
 	); err != nil {
 		t.Fatal(err)
 	}
-	for _, ip := range []string{ep1, ep2, "[" + ep1v6 + "]", "[" + ep2v6 + "]"} {
-		l.serve(t, ip)
+	// IPv6 addresses are added without duplicate address detection
+	// (nodad), so they bind at once, as IPv4 ones.
+	for _, ip := range []string{ep1, ep2, ep1v6, ep2v6} {
+		nsServe(t, l.srv, ip)
 	}
 	return l
 }
 
-// serve starts the TCP and UDP servers of one endpoint address; their
-// sockets are the server namespace's, their goroutines the test's.
-func (l *lab) serve(t *testing.T, ip string) {
-	t.Helper()
-	var ln net.Listener
-	var pc net.PacketConn
-	err := l.srv.Do(func() error {
-		var err error
-		// IPv6 addresses are added without duplicate address detection
-		// (nodad), so they bind at once, as IPv4 ones.
-		if ln, err = net.Listen("tcp", ip+":8080"); err != nil {
-			return err
-		}
-		pc, err = net.ListenPacket("udp", ip+":5353")
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
+// reached is the address an endpoint's server says it was reached on:
+// the first word of its answer (nsServe's).
+func reached(answer []byte) string {
+	if f := strings.Fields(string(answer)); len(f) > 0 {
+		return f[0]
 	}
-	t.Cleanup(func() { ln.Close(); pc.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			fmt.Fprintf(c, "%s\n", c.LocalAddr())
-			c.Close()
-		}
-	}()
-	go func() {
-		buf := make([]byte, 64)
-		for {
-			_, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			pc.WriteTo([]byte(pc.LocalAddr().String()), from)
-		}
-	}()
+	return ""
 }
 
 // client is a process in the test's cgroup and the client namespace.
