@@ -66,6 +66,22 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	backend.StringsVar(fs, &c.IPFamilies, "ip-families", c.IPFamilies, "the IP families to program (ipv4, ipv6)")
 }
 
+// BindSomeFlags is BindFlags for the named flags only: a backend that has
+// no use for a setting leaves its flag out, so that a configuration asking
+// for it is told the setting cannot be applied (kubeproxy's
+// configureBackend) rather than silently ignored.
+func (c *Config) BindSomeFlags(fs *flag.FlagSet, names ...string) {
+	all := flag.NewFlagSet("", flag.ContinueOnError)
+	c.BindFlags(all)
+	for _, name := range names {
+		f := all.Lookup(name)
+		if f == nil {
+			panic("host.Config has no flag " + name)
+		}
+		fs.Var(f.Value, f.Name, f.Usage)
+	}
+}
+
 // Validate checks c as kube-proxy checks the same settings, and returns
 // every problem found.
 func (c *Config) Validate() error {

@@ -21,6 +21,21 @@ import (
 // returns the driver options that feed them, with c's sync periods. The
 // servers stop when ctx ends.
 func StartHelpers(ctx context.Context, mode string, c *Config, families []localv1.IPFamily) (backend.Options, error) {
+	return StartHelpersWith(ctx, mode, c, families, HelperOptions{})
+}
+
+// HelperOptions tunes StartHelpers for a backend whose dataplane differs
+// from kube-proxy's netfilter modes.
+type HelperOptions struct {
+	// NoConntrackCleaner: start no stale UDP conntrack cleaner, for a
+	// backend that makes no conntrack NAT entries (the cleaner deletes
+	// flows whose original destination is a service address, which such
+	// a backend never leaves to conntrack).
+	NoConntrackCleaner bool
+}
+
+// StartHelpersWith is StartHelpers with options.
+func StartHelpersWith(ctx context.Context, mode string, c *Config, families []localv1.IPFamily, o HelperOptions) (backend.Options, error) {
 	log := klog.FromContext(ctx)
 	// start listens with srv, then serves until ctx ends.
 	start := func(name string, srv server) error {
@@ -56,7 +71,7 @@ func StartHelpers(ctx context.Context, mode string, c *Config, families []localv
 			return backend.Options{}, err
 		}
 	}
-	if !c.DryRun {
+	if !c.DryRun && !o.NoConntrackCleaner {
 		for _, f := range families {
 			onSync = append(onSync, conntrack.NewCleaner(f).OnSync)
 		}

@@ -36,6 +36,10 @@ import (
 const (
 	ModeNFTables = "nftables"
 	ModeIPTables = "iptables"
+	// ModeEBPF is kpng's eBPF backend (kube-proxy has no such mode): the
+	// core set and the full/partial sync durations (a reset, or a resync
+	// that repaired the maps, is full).
+	ModeEBPF = "ebpf"
 )
 
 // IP family label values, as kube-proxy writes them (string(v1.IPFamily)).
@@ -167,6 +171,7 @@ var (
 		NFTablesSyncFailuresTotal, NFTablesCleanupFailuresTotal,
 		ReconcileConntrackFlowsLatency, ReconcileConntrackFlowsDeletedEntriesTotal,
 	}
+	ebpfSet     = []metrics.Registerable{SyncFullProxyRulesLatency, SyncPartialProxyRulesLatency}
 	iptablesSet = []metrics.Registerable{
 		SyncFullProxyRulesLatency, SyncPartialProxyRulesLatency,
 		IPTablesRestoreFailuresTotal, IPTablesPartialRestoreFailuresTotal,
@@ -176,7 +181,7 @@ var (
 )
 
 // Register registers, in the process-wide registry that [Server] serves,
-// the metrics kube-proxy exposes in mode (ModeNFTables, ModeIPTables, or any
+// the metrics kube-proxy exposes in mode (ModeNFTables, ModeIPTables, ModeEBPF, or any
 // other name for the core set only), as kube-proxy's RegisterMetrics does.
 // It may be called more than once, with several modes: each metric is
 // registered once.
@@ -189,6 +194,8 @@ func Register(mode string) {
 		set = append(set[:len(set):len(set)], nftablesSet...)
 	case ModeIPTables:
 		set = append(set[:len(set):len(set)], iptablesSet...)
+	case ModeEBPF:
+		set = append(set[:len(set):len(set)], ebpfSet...)
 	}
 	for _, c := range set {
 		if !registered[c] {
