@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
 )
 
@@ -94,6 +95,13 @@ type Dataplane struct {
 	affinity map[string]uint32 // Service port -> affinity id
 	affIDs   idPool
 
+	// Families are the IP families programmed (nil: both); a Service of
+	// another family is not written (and deleted if it was).
+	Families []localv1.IPFamily
+	// NodePorts decides the node addresses of the NodePorts (nil: the
+	// node's primary address of each family).
+	NodePorts *NodePortAddrs
+
 	// Conflicts lists the frontends the last Sync found claimed by two
 	// Services (the first keeps it); Sync logs them.
 	Conflicts []string
@@ -130,6 +138,15 @@ func (d *Dataplane) Sync(ctx context.Context, st *backend.State, ch backend.Chan
 			klog.FromContext(ctx).Info("A frontend is claimed by two Services; the first keeps it", "conflict", c)
 		}
 	}()
+	// Node ports follow the host's addresses too (--nodeport-addresses
+	// CIDRs), read again when kube-proxy's would be.
+	addrsChanged := false
+	if ch.Reset || ch.Resync || ch.NodeChanged {
+		var err error
+		if addrsChanged, err = d.NodePorts.Refresh(); err != nil {
+			return fmt.Errorf("node port addresses: %w", err)
+		}
+	}
 	if ch.Reset {
 		d.full = true
 		return d.reset(st)
@@ -145,7 +162,7 @@ func (d *Dataplane) Sync(ctx context.Context, st *backend.State, ch backend.Chan
 		}
 	}
 	keys := append(slices.Clone(ch.Set), ch.Deleted...)
-	if ch.NodeChanged { // node ports follow the node's addresses
+	if ch.NodeChanged || addrsChanged { // node ports follow the node's addresses
 		keys = slices.AppendSeq(keys, maps.Keys(st.Services))
 		keys = slices.AppendSeq(keys, maps.Keys(d.services))
 	}
@@ -176,14 +193,19 @@ func (d *Dataplane) check() (bool, error) {
 
 func (d *Dataplane) applyFromState(st *backend.State, k backend.ServiceKey) error {
 	se := st.Services[k]
-	if se == nil {
+	if se == nil || !d.programs(k.Family) {
 		return d.apply(k, nil)
 	}
-	r, err := Render(se, NodeAddrs(st.Node, k.Family))
+	r, err := Render(se, d.NodePorts.Addrs(st.Node, k.Family))
 	if err != nil {
 		return err
 	}
 	return d.apply(k, r)
+}
+
+// programs reports whether Services of family f are written.
+func (d *Dataplane) programs(f localv1.IPFamily) bool {
+	return d.Families == nil || slices.Contains(d.Families, f)
 }
 
 // reset makes the maps hold exactly the state, from whatever they hold
@@ -213,7 +235,10 @@ func (d *Dataplane) reset(st *backend.State) error {
 	}
 	for _, se := range st.Sorted() {
 		k := backend.KeyOf(se)
-		r, err := Render(se, NodeAddrs(st.Node, k.Family))
+		if !d.programs(k.Family) {
+			continue
+		}
+		r, err := Render(se, d.NodePorts.Addrs(st.Node, k.Family))
 		if err != nil {
 			return err
 		}

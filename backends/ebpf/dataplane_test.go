@@ -355,3 +355,64 @@ func TestSourceRangesAreWrittenBeforeTheFrontendFilters(t *testing.T) {
 		t.Errorf("ranges left after the Service went: %v", fake.Ranges)
 	}
 }
+
+// With --nodeport-addresses CIDRs, the node ports are on the host's
+// addresses within them (never loopback), read again at a resync.
+func TestNodePortAddressesFollowTheHostsAddresses(t *testing.T) {
+	h := newHarness(t, nil)
+	host := []netip.Addr{netip.MustParseAddr("192.168.0.1"), netip.MustParseAddr("192.168.0.7"),
+		netip.MustParseAddr("10.1.1.1"), netip.MustParseAddr("127.0.0.1")}
+	h.d.NodePorts = NewNodePortAddrs([]string{"192.168.0.0/24", "127.0.0.0/8"})
+	h.d.NodePorts.InterfaceAddrs = func() ([]netip.Addr, error) { return slices.Clone(host), nil }
+	se := svc("web", "10.96.0.10", "10.0.1.1:8080")
+	se.Service.Type = localv1.ServiceType_NODE_PORT
+	se.Service.Ports[0].NodePort = 30080
+	h.state.Node = &localv1.Node{Name: "node-1", Addresses: []string{"192.168.0.1"}}
+	h.mustSync([]*localv1.ServiceEndpoints{se})
+	nodePorts := func() []string {
+		var out []string
+		for f := range h.fake.Services {
+			if f.Port == 30080 && !f.Outside {
+				out = append(out, f.Addr.String())
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got, want := nodePorts(), []string{"192.168.0.1", "192.168.0.7"}; !slices.Equal(got, want) {
+		t.Fatalf("node ports on %v, want %v", got, want)
+	}
+
+	host = slices.Delete(host, 1, 2) // 192.168.0.7 goes away
+	if err := h.d.Sync(context.Background(), h.state, backend.Changes{Resync: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := nodePorts(), []string{"192.168.0.1"}; !slices.Equal(got, want) {
+		t.Errorf("after the address went: node ports on %v, want %v", got, want)
+	}
+
+	h.d.NodePorts.InterfaceAddrs = func() ([]netip.Addr, error) { return nil, errors.New("netlink is down") }
+	if err := h.d.Sync(context.Background(), h.state, backend.Changes{Resync: true}); err == nil || !strings.Contains(err.Error(), "node port addresses: netlink is down") {
+		t.Errorf("a failed address listing: err = %v, want it named", err)
+	}
+}
+
+// --ip-families ipv4: an IPv6 Service is not written, and one written
+// before (pinned by a run with both families) is deleted.
+func TestFamiliesLeaveTheOtherFamilyOut(t *testing.T) {
+	fake := NewFakeMaps()
+	h := newHarness(t, fake)
+	v6 := svc("web6", "fd00::10", "[fd00:1::1]:8080")
+	v6.Service.Family = localv1.IPFamily_IPV6
+	v6.Endpoints[0].Ip = "fd00:1::1"
+	h.mustSync([]*localv1.ServiceEndpoints{v6, svc("web", "10.96.0.10", "10.0.1.1:8080")})
+	h.wantEndpoints(fe("[fd00::10]:80", protoTCP), "[fd00:1::1]:8080")
+
+	h = newHarness(t, fake) // a restart, with IPv4 only
+	h.d.Families = []localv1.IPFamily{localv1.IPFamily_IPV4}
+	h.mustSync([]*localv1.ServiceEndpoints{v6, svc("web", "10.96.0.10", "10.0.1.1:8080")})
+	if _, ok := fake.Resolve(fe("[fd00::10]:80", protoTCP)); ok {
+		t.Error("the IPv6 Service is still in the maps with --ip-families ipv4")
+	}
+	h.wantEndpoints(fe("10.96.0.10:80", protoTCP), "10.0.1.1:8080")
+}

@@ -210,7 +210,7 @@ func (l *nsLab) open(t *testing.T, interfaces string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	p := &Plugin{Config: Config{PinPath: l.pins, CgroupPath: l.cgroup, Interfaces: interfaces}, set: true}
+	p := &Plugin{Config: testConfig(l.pins, l.cgroup, interfaces), set: true}
 	var b backend.Backend
 	var opts backend.Options
 	start := time.Now()

@@ -12,13 +12,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
 
+	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
-	"github.com/kpng/kpng/proxyutil/healthcheck"
+	"github.com/kpng/kpng/proxyutil/host"
+	"github.com/kpng/kpng/proxyutil/metrics"
 )
 
 func init() {
@@ -32,8 +37,12 @@ func init() {
 // DefaultPinPath is where the maps and links are pinned.
 const DefaultPinPath = "/sys/fs/bpf/kpng"
 
-// Config is the backend's configuration.
+// Config is the backend's configuration: kube-proxy's settings of the same
+// names (host.Config: those BindFlags binds; the masquerade and
+// local-traffic ones are unused, as docs/ebpf.md says) and the backend's
+// own.
 type Config struct {
+	host.Config
 	// PinPath is a folder on a BPF filesystem for the pinned maps and links.
 	PinPath string
 	// CgroupPath is the cgroup v2 the programs attach to; "" is the
@@ -44,23 +53,60 @@ type Config struct {
 	// "auto" for the interfaces holding the node's addresses
 	// (NodeInterfaces), "" or "none" for none (socket programs only).
 	Interfaces string
-	// MinSyncPeriod and SyncPeriod drive backend.Run (kube-proxy's names).
-	MinSyncPeriod time.Duration
-	SyncPeriod    time.Duration
 }
 
-// DefaultConfig is the configuration of to-ebpf without flags. A sync
-// writes a few map entries per changed Service (microseconds each), so
-// 10 ms is enough to batch a burst of changes without holding one back.
+// DefaultConfig is the configuration of to-ebpf without flags:
+// kube-proxy's defaults for the shared settings (as to-nft's), but for
+// MinSyncPeriod. A sync writes a few map entries per changed Service
+// (microseconds each), so 10 ms is enough to batch a burst of changes
+// without holding one back.
 func DefaultConfig() Config {
-	return Config{PinPath: DefaultPinPath, Interfaces: "auto", MinSyncPeriod: 10 * time.Millisecond, SyncPeriod: 30 * time.Second}
+	return Config{
+		Config: host.Config{
+			NodePortAddresses:  []string{"primary"},
+			MasqueradeBit:      14,
+			DetectLocalMode:    host.LocalModeClusterCIDR,
+			MinSyncPeriod:      10 * time.Millisecond,
+			SyncPeriod:         30 * time.Second,
+			FullSyncPeriod:     time.Hour,
+			HealthzBindAddress: "0.0.0.0:10256",
+			MetricsBindAddress: "127.0.0.1:10249",
+			IPFamilies:         []string{"ipv4", "ipv6"},
+		},
+		PinPath:    DefaultPinPath,
+		Interfaces: "auto",
+	}
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.PinPath == "" && !c.DryRun {
+		errs = append(errs, errors.New("--ebpf-pin-path must not be empty"))
+	}
+	return errors.Join(append(errs, c.Config.Validate())...)
+}
+
+// families are the IP families of IPFamilies, in the model's terms.
+func (c *Config) families() []localv1.IPFamily {
+	var out []localv1.IPFamily
+	if slices.Contains(c.IPFamilies, "ipv4") {
+		out = append(out, localv1.IPFamily_IPV4)
+	}
+	if slices.Contains(c.IPFamilies, "ipv6") {
+		out = append(out, localv1.IPFamily_IPV6)
+	}
+	return out
 }
 
 // Plugin is the to-ebpf command: its flags, then the backend.
 type Plugin struct {
 	Config Config
-	set    bool
-	objs   *Objects // the last Open's
+	// Out receives what --dry-run prints (stdout if nil).
+	Out io.Writer
+
+	set  bool
+	objs *Objects // the last Open's
 }
 
 // BindFlags implements backend.Plugin.
@@ -70,8 +116,13 @@ func (p *Plugin) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.PinPath, "ebpf-pin-path", c.PinPath, "folder on a BPF filesystem where the maps and links are pinned, so that a restart resumes from them")
 	fs.StringVar(&c.CgroupPath, "ebpf-cgroup-path", c.CgroupPath, "cgroup v2 whose sockets are balanced (default: the root of the cgroup v2 hierarchy, i.e. every process of the node)")
 	fs.StringVar(&c.Interfaces, "ebpf-interfaces", c.Interfaces, `interfaces where packets from outside the node reach NodePorts, external and load-balancer IPs (tcx programs), comma-separated; "auto": those holding the node's addresses; "none": no north-south`)
-	fs.DurationVar(&c.MinSyncPeriod, "min-sync-period", c.MinSyncPeriod, "least time from the end of a sync to the start of the next (changes arriving meanwhile are batched)")
-	fs.DurationVar(&c.SyncPeriod, "sync-period", c.SyncPeriod, "periodic sync: compare the services map with what was written, and repair it")
+	// kube-proxy's settings that mean something here. The masquerade
+	// and local-traffic ones do not (connections that start on the node
+	// are never NAT-ed; from outside, masquerade follows
+	// externalTrafficPolicy): without their flags, a configuration that
+	// sets them is told so.
+	c.Config.BindSomeFlags(fs, "nodeport-addresses", "min-sync-period", "sync-period",
+		"healthz-bind-address", "metrics-bind-address", "dry-run", "ip-families")
 }
 
 func (p *Plugin) config() Config {
@@ -85,26 +136,70 @@ func (p *Plugin) config() Config {
 // maps and attaches them: the socket programs to the cgroup, the node-port
 // programs to the interfaces (of the calling thread's network namespace).
 // The maps keep what an earlier run wrote until the first sync reconciles
-// them with the view.
+// them with the view. With DryRun it loads nothing: each sync prints the
+// map writes it would make (see dryRun).
 func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, backend.Options, error) {
 	c := p.config()
-	if c.PinPath == "" {
-		return nil, backend.Options{}, errors.New("--ebpf-pin-path must not be empty")
+	if err := c.Validate(); err != nil {
+		return nil, backend.Options{}, err
 	}
+	p.objs = nil
+	var b backend.Backend
+	var d *Dataplane
+	if c.DryRun {
+		out := p.Out
+		if out == nil {
+			out = os.Stdout
+		}
+		fake := NewFakeMaps()
+		d = NewDataplane(fake)
+		b = &dryRun{d: d, fake: fake, out: out}
+	} else {
+		o, err := p.attach(ctx, c)
+		if err != nil {
+			return nil, backend.Options{}, err
+		}
+		d = NewDataplane(o.Maps())
+		b = d
+	}
+	d.Families = c.families()
+	d.NodePorts = NewNodePortAddrs(c.NodePortAddresses)
+	// The proxy's /healthz and /livez, /metrics, and the health-check node
+	// ports of Services with externalTrafficPolicy Local, on the addresses
+	// of --nodeport-addresses (where the node ports are; the tc programs
+	// let their packets through: they are no frontend). No conntrack
+	// cleaner: the socket programs connect straight to the endpoint and
+	// the tc programs translate before netfilter, so conntrack never holds
+	// a flow to a Service address of to-ebpf's, which is all the cleaner
+	// deletes; a connected UDP socket keeps its endpoint whatever
+	// conntrack holds (docs/ebpf.md).
+	opts, err := host.StartHelpersWith(ctx, metrics.ModeEBPF, &c.Config, d.Families, host.HelperOptions{NoConntrackCleaner: true})
+	if err != nil {
+		if p.objs != nil {
+			p.objs.Close()
+		}
+		return nil, backend.Options{}, err
+	}
+	opts.LastSyncFull = d.LastSyncFull
+	return b, opts, nil
+}
+
+// attach loads and attaches the programs (Open without DryRun).
+func (p *Plugin) attach(ctx context.Context, c Config) (*Objects, error) {
 	cg := c.CgroupPath
 	if cg == "" {
 		var err error
 		if cg, err = CgroupV2Root(); err != nil {
-			return nil, backend.Options{}, err
+			return nil, err
 		}
 	}
 	o, err := Load(c.PinPath)
 	if err != nil {
-		return nil, backend.Options{}, err
+		return nil, err
 	}
 	if err := o.Attach(cg, c.PinPath); err != nil {
 		o.Close()
-		return nil, backend.Options{}, err
+		return nil, err
 	}
 	ifaces, err := c.interfaces()
 	if err == nil {
@@ -112,7 +207,7 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, ba
 	}
 	if err != nil {
 		o.Close()
-		return nil, backend.Options{}, err
+		return nil, err
 	}
 	p.objs = o
 	go func() {
@@ -120,19 +215,7 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, ba
 		o.Close() // the pins keep the maps and links
 	}()
 	klog.FromContext(ctx).Info("Attached the programs", "cgroup", cg, "interfaces", ifaces, "pinPath", c.PinPath)
-	// The health-check node ports of Services with externalTrafficPolicy
-	// Local, served as kube-proxy serves them, on the node's primary
-	// addresses (where the node ports are); the tc programs let their
-	// packets through (they are no frontend).
-	hc := healthcheck.NewServiceHealthServer(healthcheck.ServiceOptions{NodePortAddresses: []string{"primary"}})
-	context.AfterFunc(ctx, hc.Close)
-	d := NewDataplane(o.Maps())
-	return d, backend.Options{
-		MinSyncPeriod: c.MinSyncPeriod,
-		ResyncPeriod:  c.SyncPeriod,
-		LastSyncFull:  d.LastSyncFull,
-		OnSync:        hc.OnSync,
-	}, nil
+	return o, nil
 }
 
 // interfaces resolves Interfaces, in the calling thread's network

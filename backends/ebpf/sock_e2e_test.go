@@ -21,6 +21,7 @@ import (
 
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/internal/cgrouptest"
 	"github.com/kpng/kpng/internal/netnstest"
 	"github.com/kpng/kpng/local/backendtest"
 )
@@ -222,99 +223,30 @@ func errName(err error) string {
 	return err.Error()
 }
 
-// testCgroup creates a cgroup v2 for the test, a child of the hierarchy's
-// root (mounting the hierarchy first if the host has not), and removes it
-// at the end. It refuses anything but a strict descendant of the root:
-// programs attached to a root cgroup would see every process of the host.
+// testCgroup creates a cgroup v2 for the test, a strict descendant of the
+// hierarchy's root (internal/cgrouptest: programs attached to a root
+// cgroup would see every process of the host), and removes it, with the
+// hierarchy's private mount, at the end.
 func testCgroup(t *testing.T) string {
 	t.Helper()
-	root, err := CgroupV2Root()
-	if err != nil {
-		if root, err = os.MkdirTemp("", leftoverName(t, "cgroot")); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.Remove(root) })
-		if err := unix.Mount("none", root, "cgroup2", 0, ""); err != nil {
-			t.Fatalf("mounting a cgroup v2 hierarchy: %v", err)
-		}
-		t.Cleanup(func() { unix.Unmount(root, unix.MNT_DETACH) })
-	}
-	rootID, err := CgroupID(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sweepLeftovers(t, root)
-	dir, err := os.MkdirTemp(root, leftoverName(t, "cg"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := removeCgroup(dir); err != nil {
-			t.Errorf("removing cgroup %s: %v", dir, err)
-		}
-	})
-	id, err := CgroupID(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if filepath.Dir(dir) != filepath.Clean(root) || id == rootID {
-		t.Fatalf("cgroup %s (id %d) is not a strict descendant of the root %s (id %d)", dir, id, root, rootID)
-	}
-	return dir
+	return cgrouptest.New(t, "ebpf-cg").Path
 }
 
-// removeCgroup removes a cgroup once its processes are reaped: the kernel
-// updates "populated" as they exit, so it waits on that.
-func removeCgroup(dir string) error {
-	for i := 0; ; i++ {
-		err := unix.Rmdir(dir)
-		if err == nil || errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		if !errors.Is(err, unix.EBUSY) || i == 100 {
-			return err
-		}
-		waitUnpopulated(dir)
-	}
-}
-
-// waitUnpopulated waits for cgroup.events to say "populated 0".
-func waitUnpopulated(dir string) {
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
-	if err != nil {
-		return
-	}
-	defer unix.Close(fd)
-	events := filepath.Join(dir, "cgroup.events")
-	if _, err := unix.InotifyAddWatch(fd, events, unix.IN_MODIFY); err != nil {
-		return
-	}
-	b, err := os.ReadFile(events)
-	if err != nil || strings.Contains(string(b), "populated 0") {
-		return
-	}
-	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	unix.Poll(pfd, 1000)
+// testConfig is to-ebpf's default configuration for a test's pins, cgroup
+// and interfaces, without the /healthz and /metrics servers (their fixed
+// ports belong to whatever else runs on the machine).
+func testConfig(pins, cgroup, interfaces string) Config {
+	c := DefaultConfig()
+	c.PinPath, c.CgroupPath, c.Interfaces = pins, cgroup, interfaces
+	c.HealthzBindAddress, c.MetricsBindAddress = "", ""
+	return c
 }
 
 // testBPFFS mounts a BPF filesystem of the test's own (a new instance:
 // pins made there are nobody else's) and returns a pin folder in it.
 func testBPFFS(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", leftoverName(t, "bpffs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.Remove(dir) })
-	if err := unix.Mount("bpf", dir, "bpf", 0, ""); err != nil {
-		t.Fatalf("mounting a BPF filesystem: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmounting %s: %v", dir, err)
-		}
-	})
-	return filepath.Join(dir, "kpng")
+	return filepath.Join(cgrouptest.BPFFS(t, "ebpf"), "kpng")
 }
 
 // lab is the kernel test's network: a client namespace with no route out
@@ -472,7 +404,7 @@ func TestSocketLoadBalancing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	p := &Plugin{Config: Config{PinPath: pins, CgroupPath: cgroup}, set: true}
+	p := &Plugin{Config: testConfig(pins, cgroup, ""), set: true}
 	start := time.Now()
 	b, _, err := p.Open(ctx, backend.Env{NodeName: "node-1"})
 	if err != nil {
@@ -573,7 +505,7 @@ func TestSocketLoadBalancing(t *testing.T) {
 	c.want(t, "tcp", vip, "ok "+ep1+":8080 peer="+vip) // between the runs
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
-	p = &Plugin{Config: Config{PinPath: pins, CgroupPath: cgroup}, set: true}
+	p = &Plugin{Config: testConfig(pins, cgroup, ""), set: true}
 	b, _, err = p.Open(ctx, backend.Env{NodeName: "node-1"})
 	if err != nil {
 		t.Fatalf("%+v", err)
@@ -685,7 +617,7 @@ func (s *socketLab) open() {
 	s.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s.t.Cleanup(cancel)
-	p := &Plugin{Config: Config{PinPath: s.pins, CgroupPath: s.cgroup}, set: true}
+	p := &Plugin{Config: testConfig(s.pins, s.cgroup, ""), set: true}
 	b, _, err := p.Open(ctx, backend.Env{NodeName: "node-1"})
 	if err != nil {
 		s.t.Fatalf("%+v", err)
