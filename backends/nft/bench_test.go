@@ -3,6 +3,7 @@ package nft
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"sigs.k8s.io/knftables"
@@ -61,6 +62,21 @@ func BenchmarkFullSync(b *testing.B) {
 		ops = be.Last[0].Operations
 	}
 	b.ReportMetric(float64(ops), "nft-ops/sync")
+	b.ReportMetric(mirrorHeap(b, st), "mirror-MiB")
+}
+
+// mirrorHeap is the live heap a backend keeps after its cold sync of st
+// (its mirror of the table): what the process holds for it from then on.
+func mirrorHeap(b testing.TB, st *backend.State) float64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	be := benchBackend()
+	coldSync(b, be, st)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(be)
+	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / (1 << 20)
 }
 
 // BenchmarkOneEndpointChange: at 10,000 services of 10 endpoints, one
@@ -103,7 +119,7 @@ func BenchmarkOneEndpointChangeNetlink(b *testing.B) {
 }
 
 // coldSync is be's first sync of st.
-func coldSync(b *testing.B, be *Backend, st *backend.State) {
+func coldSync(b testing.TB, be *Backend, st *backend.State) {
 	b.Helper()
 	if err := be.Sync(context.Background(), st, backend.Changes{Reset: true}); err != nil {
 		b.Fatal(err)

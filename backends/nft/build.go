@@ -211,6 +211,16 @@ func servicePart(e *env, se *localv1.ServiceEndpoints) *part {
 	internalLocal := svc.InternalTrafficPolicy == localv1.TrafficPolicy_LOCAL
 	externalLocal := svc.ExternalTrafficPolicy == localv1.TrafficPolicy_LOCAL
 
+	// The elements, at most: the mirror keeps the part, so its slice is
+	// sized once rather than grown (at 10,000 services, growing it was a
+	// sixth of a cold sync's garbage and left unused capacity behind).
+	nElems := 0
+	for _, ep := range se.Endpoints {
+		nElems += boolInt(ep.InClusterSet) + boolInt(ep.InLocalSet) + boolInt(ep.OnThisNode)
+	}
+	nElems += len(svc.Ports) * (3 + 2*len(externalIPs) + 3*len(lbIPs))
+	p.elems = make([]elem, 0, nElems)
+
 	for _, port := range svc.Ports {
 		proto := protoName(port.Protocol)
 		if proto == "" {
@@ -373,6 +383,13 @@ func servicePart(e *env, se *localv1.ServiceEndpoints) *part {
 		}
 	}
 	return p
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // endpoint is an endpoint of one service port, with its object names.

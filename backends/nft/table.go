@@ -126,13 +126,17 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 	// Sized for what the parts hold: a full sync at 10,000 services goes
 	// over some 150,000 objects, and growing these maps was most of its
 	// garbage.
-	var nChains, nSets, nElems int
+	var nChains, nSets, nElems, nRules int
 	for _, np := range parts {
 		if np != nil {
 			nChains, nSets, nElems = nChains+len(np.chains), nSets+len(np.sets), nElems+len(np.elems)
+			for _, c := range np.chains {
+				nRules += len(c.rules)
+			}
 		}
 	}
 	p := &plan{tx: t.nft.NewTransaction(), full: full, parts: parts,
+		ops:    make([]op, 0, nChains+nSets+nElems+nRules+1),
 		chains: make(map[string]string, nChains), sets: make(map[string]*set, nSets), elems: make(map[elemID]*string, nElems),
 		claims: make(map[elemID][]claim, nElems), stale: map[string]bool{}}
 
@@ -145,7 +149,6 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 	wantSets := make(map[string]*set, nSets)
 	goneChains := map[string]bool{}
 	goneSets := map[string]bool{}
-	touched := make(map[elemID]bool, nElems)
 
 	claimsOf := func(id elemID) []claim {
 		if c, ok := p.claims[id]; ok {
@@ -168,7 +171,6 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 					goneSets[s.name] = true
 				}
 				for _, e := range old.elems {
-					touched[e.elemID] = true
 					p.claims[e.elemID] = slices.DeleteFunc(claimsOf(e.elemID), func(c claim) bool { return c.owner == owner })
 				}
 			}
@@ -185,7 +187,6 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 		}
 		for i := range np.elems {
 			e := &np.elems[i]
-			touched[e.elemID] = true
 			cl := claimsOf(e.elemID)
 			i, _ := slices.BinarySearchFunc(cl, owner, func(c claim, o string) int { return strings.Compare(c.owner, o) })
 			if i < len(cl) && cl[i].owner == owner {
@@ -210,9 +211,6 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 			if wantSets[name] == nil {
 				goneSets[name] = true
 			}
-		}
-		for id := range haveElems {
-			touched[id] = true
 		}
 	}
 
@@ -261,8 +259,22 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 	}
 
 	// 3. Elements that go or change.
-	var adds []elem
-	for _, id := range sortedIDs(touched) {
+	var adds []*elem
+	// The elements to look at: those some part claims or claimed (every
+	// one that changed owner is in p.claims), and when full, those the
+	// kernel holds too.
+	ids := make([]elemID, 0, len(p.claims))
+	for id := range p.claims {
+		ids = append(ids, id)
+	}
+	if full {
+		for id := range haveElems {
+			if _, ok := p.claims[id]; !ok {
+				ids = append(ids, id)
+			}
+		}
+	}
+	for _, id := range sortIDs(ids) {
 		var want *claim
 		if cl := p.claims[id]; len(cl) > 0 {
 			want = &cl[0]
@@ -285,14 +297,12 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 			p.stats.elemsDeleted++
 			fallthrough
 		case want != nil && !ok:
-			adds = append(adds, *want.elem)
-			v := want.value
-			p.elems[id] = &v
+			adds = append(adds, want.elem)
+			p.elems[id] = &want.elem.value // parts are never changed once built
 		case want == nil:
 			p.elems[id] = nil
 		default: // unchanged
-			v := want.value
-			p.elems[id] = &v
+			p.elems[id] = &want.elem.value
 		}
 	}
 
@@ -346,7 +356,7 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 
 	// 7. New elements (they may point at the chains just written).
 	for _, e := range adds {
-		p.add(elemObject(e))
+		p.add(elemObject(*e))
 		p.stats.elemsAdded++
 	}
 	return p
@@ -516,8 +526,7 @@ func hookPart(sig string) string {
 	return sig
 }
 
-func sortedIDs(m map[elemID]bool) []elemID {
-	ids := slices.Collect(maps.Keys(m))
+func sortIDs(ids []elemID) []elemID {
 	slices.SortFunc(ids, func(a, b elemID) int {
 		if c := strings.Compare(a.set, b.set); c != 0 {
 			return c
