@@ -108,12 +108,18 @@ type Dataplane struct {
 	// full: the last Sync rewrote every entry (a reset, or a resync that
 	// found the kernel's maps changed behind kpng's back).
 	full bool
+
+	// sockets destroys the sockets a sync left connected to endpoints
+	// that no longer serve (SetSocketDestroyer; nil: none are); stale
+	// tracks which those are (stale.go).
+	sockets SocketDestroyer
+	stale   staleTracker
 }
 
 // NewDataplane returns a dataplane writing to m. Its first Sync must be a
 // reset, which reads back what m holds.
 func NewDataplane(m Maps) *Dataplane {
-	d := &Dataplane{m: m}
+	d := &Dataplane{m: m, stale: newStaleTracker()}
 	d.forget()
 	return d
 }
@@ -130,8 +136,19 @@ func (d *Dataplane) forget() {
 	d.Conflicts = nil
 }
 
-// Sync implements backend.Backend.
+// Sync implements backend.Backend. After a sync that succeeded, the
+// sockets it left connected to endpoints that no longer serve are
+// destroyed (SetSocketDestroyer); a failure there is logged and retried
+// after the next sync, never returned.
 func (d *Dataplane) Sync(ctx context.Context, st *backend.State, ch backend.Changes) error {
+	if err := d.sync(ctx, st, ch); err != nil {
+		return err
+	}
+	d.destroyStale(ctx)
+	return nil
+}
+
+func (d *Dataplane) sync(ctx context.Context, st *backend.State, ch backend.Changes) error {
 	d.full, d.Conflicts = false, nil
 	defer func() {
 		for _, c := range d.Conflicts {
@@ -194,13 +211,18 @@ func (d *Dataplane) check() (bool, error) {
 func (d *Dataplane) applyFromState(st *backend.State, k backend.ServiceKey) error {
 	se := st.Services[k]
 	if se == nil || !d.programs(k.Family) {
+		d.stale.update(k, nil, nil, nil)
 		return d.apply(k, nil)
 	}
 	r, err := Render(se, d.NodePorts.Addrs(st.Node, k.Family))
 	if err != nil {
 		return err
 	}
-	return d.apply(k, r)
+	if err := d.apply(k, r); err != nil {
+		return err
+	}
+	d.stale.update(k, se, r, nil)
+	return nil
 }
 
 // programs reports whether Services of family f are written.
@@ -233,6 +255,7 @@ func (d *Dataplane) reset(st *backend.State) error {
 			kAff[f] = v.AffinityID
 		}
 	}
+	kernel := kernelEndpoints(kSvcs, kSets) // what sockets may be connected to (a restart)
 	for _, se := range st.Sorted() {
 		k := backend.KeyOf(se)
 		if !d.programs(k.Family) {
@@ -251,7 +274,9 @@ func (d *Dataplane) reset(st *backend.State) error {
 		if err := d.apply(k, r); err != nil {
 			return err
 		}
+		d.stale.update(k, se, r, kernel)
 	}
+	d.stale.prune(func(k backend.ServiceKey) bool { return st.Services[k] != nil && d.programs(k.Family) })
 	for _, f := range sortedFrontends(kSvcs) {
 		if _, ok := d.owners[f]; !ok {
 			if err := d.m.DeleteService(f); err != nil {

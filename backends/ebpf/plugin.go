@@ -105,8 +105,9 @@ type Plugin struct {
 	// Out receives what --dry-run prints (stdout if nil).
 	Out io.Writer
 
-	set  bool
-	objs *Objects // the last Open's
+	set       bool
+	objs      *Objects   // the last Open's
+	destroyer *Destroyer // the last Open's, if the kernel has bpf_sock_destroy
 }
 
 // BindFlags implements backend.Plugin.
@@ -143,7 +144,7 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, ba
 	if err := c.Validate(); err != nil {
 		return nil, backend.Options{}, err
 	}
-	p.objs = nil
+	p.objs, p.destroyer = nil, nil
 	var b backend.Backend
 	var d *Dataplane
 	if c.DryRun {
@@ -160,6 +161,9 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, ba
 			return nil, backend.Options{}, err
 		}
 		d = NewDataplane(o.Maps())
+		if p.destroyer != nil {
+			d.SetSocketDestroyer(p.destroyer, false)
+		}
 		b = d
 	}
 	d.Families = c.families()
@@ -177,6 +181,9 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, ba
 	if err != nil {
 		if p.objs != nil {
 			p.objs.Close()
+		}
+		if p.destroyer != nil {
+			p.destroyer.Close()
 		}
 		return nil, backend.Options{}, err
 	}
@@ -210,9 +217,20 @@ func (p *Plugin) attach(ctx context.Context, c Config) (*Objects, error) {
 		return nil, err
 	}
 	p.objs = o
+	// Connected UDP sockets to endpoints that stop serving are destroyed
+	// after a sync, as kube-proxy deletes their conntrack entries; on an
+	// older kernel they keep their endpoint (docs/ebpf.md).
+	des, err := NewDestroyer(o, cg, false)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Connected UDP sockets will keep endpoints that stop serving")
+	}
+	p.destroyer = des
 	go func() {
 		<-ctx.Done()
 		o.Close() // the pins keep the maps and links
+		if des != nil {
+			des.Close()
+		}
 	}()
 	klog.FromContext(ctx).Info("Attached the programs", "cgroup", cg, "interfaces", ifaces, "pinPath", c.PinPath)
 	return o, nil
