@@ -99,7 +99,8 @@ func (h *Host) UDP(dst netip.AddrPort) Result {
 	return h.Dial(UDP, dst, DefaultTimeout)
 }
 
-// Dial makes one attempt from inside h's namespace: for TCP, connect and read
+// Dial makes one attempt from h (a socket of h's namespace, and of h's
+// cgroup in a lab with cgroups): for TCP, connect and read
 // the server's line; for UDP, send one datagram from a connected socket (so an
 // ICMP error is reported to it) and read the answer. Each attempt uses a new
 // ephemeral source port, hence a new conntrack entry. The whole attempt,
@@ -108,15 +109,9 @@ func (h *Host) Dial(proto Protocol, dst netip.AddrPort, timeout time.Duration) R
 	start := time.Now()
 	deadline := start.Add(timeout)
 	var r Result
-	var conn net.Conn
-	err := h.Do(func() error {
-		// A literal address means the dialer connects from this goroutine,
-		// hence from this namespace.
-		d := net.Dialer{Deadline: deadline, Control: recvErr}
-		c, err := d.DialContext(context.Background(), string(proto), dst.String())
-		conn = c
-		return err
-	})
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	conn, err := h.connect(ctx, proto, dst)
+	cancel()
 	if err != nil {
 		r.Err = fmt.Errorf("%s %s from %s: %w", proto, dst, h.Name, err)
 		r.Outcome = classify(err)

@@ -32,6 +32,16 @@ func (n *Node) Dump() string {
 		}
 		b.WriteString(out)
 	}
+	if n.BPFFS != "" && kpngPath != "" {
+		// What a dataplane pinned there, e.g. to-ebpf's maps.
+		argv := []string{kpngPath, "ebpf-maps", "--ebpf-pin-path", n.PinPath()}
+		fmt.Fprintf(&b, "--- node %s: %s\n", n.Name, strings.Join(argv, " "))
+		out, err := n.Run(argv...)
+		if err != nil {
+			fmt.Fprintf(&b, "(error: %v)\n", err)
+		}
+		b.WriteString(out)
+	}
 	return b.String()
 }
 

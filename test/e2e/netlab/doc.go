@@ -43,6 +43,22 @@
 // namespace outside the lab: no packet can leave it, and the root namespace's
 // interfaces, routes and firewall are never touched.
 //
+// # Cgroups, for dataplanes that hook sockets
+//
+// With [Spec].Cgroups, the lab mounts the cgroup v2 hierarchy on a folder of
+// its own and gives each node a cgroup ([Node.Cgroup], a strict descendant
+// of the root, never the root) with a child for the node's own clients and
+// one per pod, and a BPF filesystem ([Node.BPFFS]) for pins. The clients of
+// a node or pod ([Host.Dial], [Host.OpenStream], [Host.OpenUDP],
+// [Host.HTTPGet]) then open their sockets in a process born in its cgroup
+// and namespace (the test binary run again, which hands each socket over),
+// because a socket belongs to the cgroup it was created in: a dataplane
+// attached to [Node.Cgroup] (to-ebpf) sees the node's and its pods' clients,
+// and not the external client or the test process. Teardown stops those
+// processes, unmounts the BPF filesystems (deleting the pins), removes the
+// cgroups and unmounts the hierarchy; all are named after the run, and a
+// lab with cgroups sweeps what dead runs left.
+//
 // # Namespaces and cleanup
 //
 // Namespaces are named "kpnl-<run>-<lab>-<role>" (see [Prefix]): <run> is

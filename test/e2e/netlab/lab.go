@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +27,11 @@ type Spec struct {
 	// Ports are the ports each pod's server listens on, TCP and UDP, IPv4 and
 	// IPv6. Empty means DefaultPorts.
 	Ports []int
+	// Cgroups gives each node a cgroup v2 of its own and a BPF filesystem
+	// for pins, for a dataplane that hooks sockets by cgroup (to-ebpf):
+	// see [Node.Cgroup]. Without it, the lab's clients are the test
+	// process's sockets, in no node's cgroup.
+	Cgroups bool
 }
 
 // NodeSpec describes one node.
@@ -80,6 +86,10 @@ type Host struct {
 	// Server is the host's echo server: always set for pods, set for other
 	// hosts once Serve has been called.
 	Server *Server
+
+	// sockets opens the host's client sockets in its cgroup, in a lab with
+	// cgroups (nil: the test process opens them; see sockets.go).
+	sockets *socketMaker
 }
 
 // Addrs returns the host's addresses, IPv4 first.
@@ -132,6 +142,18 @@ type Node struct {
 	// a pod reaches a service whose endpoint is on the same bridge. Without
 	// it, such tests must be skipped with this reason.
 	BrNetfilter bool
+	// Cgroup is, in a lab with cgroups (Spec.Cgroups), the node's cgroup
+	// v2: a strict descendant of the hierarchy's root, holding a child
+	// cgroup for the node's own clients ("node") and one per pod (named
+	// after it), whose sockets [Host.Dial] and the others open there, as
+	// a kubelet puts its pods under the node's cgroup. A dataplane that
+	// attaches socket programs to Cgroup sees every client of the node and
+	// its pods, and nothing of the test process or the external client.
+	Cgroup string
+	// BPFFS is, in a lab with cgroups, a BPF filesystem of the node's own
+	// (a new instance, unmounted with its pins at teardown), for a
+	// dataplane's pins.
+	BPFFS string
 
 	lab *Lab
 }
@@ -162,6 +184,7 @@ type Lab struct {
 	nss    []*Netns
 	procs  []*Process
 	closed bool
+	cg     labCgroups
 }
 
 // RequireRoot fails the test, with a message saying why, unless it runs as
@@ -179,6 +202,9 @@ func New(t testing.TB, spec Spec) *Lab {
 	t.Helper()
 	netnstest.Prepare(t, Sweep)
 	l, err := build(spec)
+	if l != nil && len(l.cg.swept) > 0 {
+		t.Logf("netlab: removed the cgroups and mounts of dead runs: %s", strings.Join(l.cg.swept, " "))
+	}
 	if l != nil {
 		t.Cleanup(func() {
 			if t.Failed() {
@@ -215,6 +241,14 @@ func build(spec Spec) (*Lab, error) {
 	if len(l.ports) == 0 {
 		l.ports = DefaultPorts
 	}
+	defer func() {
+		// A panic while building (New's cleanup is not registered yet):
+		// leave nothing behind.
+		if r := recover(); r != nil {
+			l.Close()
+			panic(r)
+		}
+	}()
 	if err := l.build(spec); err != nil {
 		return l, err
 	}
@@ -324,6 +358,11 @@ func (l *Lab) build(spec Spec) error {
 	for _, n := range l.Nodes {
 		if err := l.buildNode(n, spec.Nodes[n.Index].Pods, &lanPorts); err != nil {
 			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+	}
+	if spec.Cgroups {
+		if err := l.buildCgroups(); err != nil {
+			return err
 		}
 	}
 
@@ -533,10 +572,18 @@ func (l *Lab) Close() error {
 			h.Server.Close()
 		}
 	}
+	for _, h := range l.hosts() {
+		if h.sockets != nil {
+			h.sockets.close()
+		}
+	}
 	for _, n := range nss {
 		if err := netnstest.Delete(n.Name); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := l.cg.remove(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -152,6 +152,12 @@ func clientOwns(l *Lab, h *Host, a netip.Addr) bool {
 // a pod is Refused. Checked for forwarded traffic (pod client), locally
 // generated traffic (node client) and traffic to the node (external client).
 func TestRefusedVsTimedOut(t *testing.T) {
+	t.Run("test-process-sockets", func(t *testing.T) { refusedVsTimedOut(t, false) })
+	// The sockets of each host's socket maker, in a lab with cgroups.
+	t.Run("cgroup-sockets", func(t *testing.T) { refusedVsTimedOut(t, true) })
+}
+
+func refusedVsTimedOut(t *testing.T, cgroups bool) {
 	const (
 		open       = 8080
 		reject     = 8081 // default reject: ICMP port unreachable
@@ -162,6 +168,7 @@ func TestRefusedVsTimedOut(t *testing.T) {
 	)
 	spec := DefaultSpec()
 	spec.Ports = []int{open, reject, drop, prohibited, tcpReset}
+	spec.Cgroups = cgroups
 	l := New(t, spec)
 	n1 := l.Node("node-1")
 	if err := n1.Serve(spec.Ports...); err != nil {

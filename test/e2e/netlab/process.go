@@ -26,6 +26,7 @@ type Process struct {
 	// Argv is the command line, without the `ip netns exec` prefix.
 	Argv []string
 	ns   *Netns
+	opts procOptions
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -40,10 +41,26 @@ type Process struct {
 // for [Process.Output]. Prefer [Node.Start] in tests: it stops the process
 // and logs its output on failure at teardown.
 func (n *Netns) Start(argv ...string) (*Process, error) {
-	p := &Process{Argv: argv, ns: n}
+	return n.start(procOptions{}, argv...)
+}
+
+// procOptions are how a process is started beyond its namespace.
+type procOptions struct {
+	// cgroup, if set, is the cgroup v2 the process is born in
+	// (clone3 CLONE_INTO_CGROUP): every socket it opens is that cgroup's.
+	cgroup string
+	// env is added to the test process's environment.
+	env []string
+	// files are passed as file descriptors 3, 4, ... (first run only).
+	files []*os.File
+}
+
+func (n *Netns) start(opts procOptions, argv ...string) (*Process, error) {
+	p := &Process{Argv: argv, ns: n, opts: opts}
 	if err := p.start(); err != nil {
 		return nil, err
 	}
+	p.opts.files = nil
 	return p, nil
 }
 
@@ -57,6 +74,18 @@ func (p *Process) start() error {
 	cmd.Stdout = &p.out
 	cmd.Stderr = &p.out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if p.opts.env != nil {
+		cmd.Env = append(os.Environ(), p.opts.env...)
+	}
+	cmd.ExtraFiles = p.opts.files
+	if p.opts.cgroup != "" {
+		cg, err := os.Open(p.opts.cgroup)
+		if err != nil {
+			return fmt.Errorf("netns %s: start %s: %w", p.ns.Name, strings.Join(p.Argv, " "), err)
+		}
+		defer cg.Close() // the child has its own reference once started
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
+	}
 	done := make(chan struct{})
 	started := make(chan error, 1)
 	// The parent-death signal fires when the thread that forked the child

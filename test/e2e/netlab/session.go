@@ -28,13 +28,9 @@ type Stream struct {
 // Close the Stream when done.
 func (h *Host) OpenStream(dst netip.AddrPort, timeout time.Duration) (*Stream, Result) {
 	start := time.Now()
-	var conn net.Conn
-	err := h.Do(func() error {
-		d := net.Dialer{Deadline: start.Add(timeout), Control: recvErr}
-		c, err := d.DialContext(context.Background(), "tcp", dst.String())
-		conn = c
-		return err
-	})
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(timeout))
+	conn, err := h.connect(ctx, TCP, dst)
+	cancel()
 	if err != nil {
 		return nil, finish(Result{}, start, fmt.Errorf("tcp %s from %s: %w", dst, h.Name, err))
 	}
@@ -93,13 +89,7 @@ type UDPClient struct {
 
 // OpenUDP opens a UDP socket in h connected to dst. Close it when done.
 func (h *Host) OpenUDP(dst netip.AddrPort) (*UDPClient, error) {
-	var conn net.Conn
-	err := h.Do(func() error {
-		d := net.Dialer{Control: recvErr}
-		c, err := d.DialContext(context.Background(), "udp", dst.String())
-		conn = c
-		return err
-	})
+	conn, err := h.connect(context.Background(), UDP, dst)
 	if err != nil {
 		return nil, fmt.Errorf("udp %s from %s: %w", dst, h.Name, err)
 	}
@@ -151,14 +141,11 @@ func (h *Host) HTTPGet(url string, timeout time.Duration) HTTPResult {
 	tr := &http.Transport{
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var conn net.Conn
-			err := h.Do(func() error {
-				d := net.Dialer{Control: recvErr}
-				c, err := d.DialContext(ctx, network, addr)
-				conn = c
-				return err
-			})
-			return conn, err
+			dst, err := netip.ParseAddrPort(addr)
+			if err != nil {
+				return nil, fmt.Errorf("%s from %s: want an address, not a name: %w", addr, h.Name, err)
+			}
+			return h.connect(ctx, Protocol(strings.TrimRight(network, "46")), dst)
 		},
 	}
 	defer tr.CloseIdleConnections()
