@@ -134,8 +134,46 @@ func (b kpngBackend) SyncedLine() string { return "Dataplane synced" }
 
 func (b kpngBackend) argv(t testing.TB, node *Node, stateFile string, cfg ProxyConfig) []string {
 	argv := []string{KpngBinary(t), "--v=2", "file", "--input", stateFile, "to-local", "--node-name", node.Name, "to-" + b.name}
-	argv = append(argv, cfg.Flags()...)
+	argv = append(argv, kpngFlags(t, b.name, node, cfg)...)
 	return append(argv, b.extra...)
+}
+
+// Cgroups reports whether the backend needs a lab with cgroups.
+func (b kpngBackend) Cgroups() bool { return b.name == "ebpf" }
+
+// NeedsCgroups reports whether b hooks sockets by cgroup (to-ebpf), and so
+// runs only in a lab with cgroups ([Spec].Cgroups): a Backend says so with
+// a method Cgroups() bool.
+func NeedsCgroups(b Backend) bool {
+	c, ok := b.(interface{ Cgroups() bool })
+	return ok && c.Cgroups()
+}
+
+// kpngFlags returns the flags of kpng's backend name in node for cfg.
+//
+// to-ebpf gets the node's own cgroup (Node.Cgroup, never a root), pin
+// folder (Node.PinPath) and interfaces (the node's uplink and pod bridge,
+// the interfaces of the node's namespace that hold addresses: what "auto"
+// picks there), and only the kube-proxy settings it has flags for:
+// kube-proxy's masquerade and local-traffic detection settings
+// (MasqueradeAll, DetectLocalMode, ClusterCIDRs) are not flags of to-ebpf,
+// which never NATs a connection that starts on the node (docs/ebpf.md), so
+// they are left out; a suite expects what to-ebpf does instead.
+func kpngFlags(t testing.TB, name string, node *Node, cfg ProxyConfig) []string {
+	t.Helper()
+	if name != "ebpf" {
+		return cfg.Flags()
+	}
+	if node.Cgroup == "" || node.BPFFS == "" {
+		t.Fatalf("netlab: to-ebpf in node %s: the lab has no cgroups (build it with Spec.Cgroups; see NeedsCgroups): its socket programs would attach to the machine's cgroup v2 root", node.Name)
+	}
+	c := cfg
+	c.MasqueradeAll, c.DetectLocalMode, c.ClusterCIDRs = false, "", nil
+	return append([]string{
+		"--ebpf-cgroup-path=" + node.Cgroup,
+		"--ebpf-pin-path=" + node.PinPath(),
+		"--ebpf-interfaces=" + NodeInterface + "," + PodBridge,
+	}, c.Flags()...)
 }
 
 func (b kpngBackend) Start(t testing.TB, node *Node, stateFile string, cfg ProxyConfig) *Process {

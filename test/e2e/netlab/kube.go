@@ -94,8 +94,11 @@ func (k *KpngKubeBackend) SyncedLine() string { return "Dataplane synced" }
 // kubeconfig.
 func (k *KpngKubeBackend) Argv(t testing.TB, node *Node, kubeconfig string, cfg ProxyConfig) []string {
 	return append([]string{KpngBinary(t), "--v=2", "kube", "--kubeconfig", kubeconfig,
-		"to-local", "--node-name", node.Name, "to-" + k.Backend}, cfg.Flags()...)
+		"to-local", "--node-name", node.Name, "to-" + k.Backend}, kpngFlags(t, k.Backend, node, cfg)...)
 }
+
+// Cgroups reports whether the backend needs a lab with cgroups.
+func (k *KpngKubeBackend) Cgroups() bool { return k.Backend == "ebpf" }
 
 func (k *KpngKubeBackend) Start(t testing.TB, node *Node, stateFile string, cfg ProxyConfig) *Process {
 	t.Helper()
@@ -105,7 +108,8 @@ func (k *KpngKubeBackend) Start(t testing.TB, node *Node, stateFile string, cfg 
 
 func (k *KpngKubeBackend) Cleanup(t testing.TB, node *Node, stateFile string, cfg ProxyConfig) {
 	t.Helper()
-	if out, err := node.Run(KpngBinary(t), "file", "--input", stateFile, "to-local", "--node-name", node.Name, "to-"+k.Backend, "--cleanup"); err != nil {
+	argv := append([]string{KpngBinary(t), "file", "--input", stateFile, "to-local", "--node-name", node.Name, "to-" + k.Backend}, kpngFlags(t, k.Backend, node, cfg)...)
+	if out, err := node.Run(append(argv, "--cleanup")...); err != nil {
 		t.Fatalf("node %s: kpng to-%s --cleanup: %v\n%s", node.Name, k.Backend, err, out)
 	}
 }
