@@ -1,0 +1,424 @@
+//go:build e2e
+
+package ebpf
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kpng/kpng/api/localv1"
+	"github.com/kpng/kpng/internal/netnstest"
+)
+
+// destroyClientEnv makes the test binary, run with
+// -test.run=^TestDestroyClientProcess$, the client process of the
+// socket-destroy tests.
+const destroyClientEnv = "KPNG_EBPF_DESTROY_CLIENT"
+
+// TestDestroyClientProcess is not a test: it is the client process of the
+// socket-destroy tests (destroyClientMain), when the test binary is run
+// so.
+func TestDestroyClientProcess(t *testing.T) {
+	if os.Getenv(destroyClientEnv) != "1" {
+		t.Skip("the client process of the socket-destroy tests, run by them")
+	}
+	destroyClientMain(os.Stdin, os.Stdout)
+	os.Exit(0)
+}
+
+// destroyClientMain keeps sockets open across the test's syncs, one
+// command per line, one answer line each:
+//
+//	open NAME udp|tcp ADDR   connect: "ok peer=<getpeername>" (tcp: " at=<address reached>", from the greeting)
+//	ask NAME                 one exchange: "ok <address reached>" (udp) or "ok <echo>" (tcp), or "err write|read <errno>"
+//	block NAME               start a read that waits (up to 10 s) for a datagram
+//	result NAME              what that read returned
+//	reopen NAME              close, connect again to the same address, ask
+//
+// "ok ..." or "err ..." on failure.
+func destroyClientMain(in io.Reader, out io.Writer) {
+	type sock struct {
+		network, addr string
+		c             net.Conn
+		blocked       chan string
+	}
+	socks := map[string]*sock{}
+	buf := make([]byte, 256)
+	connect := func(s *sock) string {
+		c, err := net.DialTimeout(s.network, s.addr, 5*time.Second)
+		if err != nil {
+			return "err connect " + errName(err)
+		}
+		s.c = c
+		if s.network == "tcp" {
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			greeting, err := bufio.NewReader(c).ReadString('\n')
+			if err != nil {
+				return "err read " + errName(err)
+			}
+			return "ok peer=" + peerName(c) + " at=" + reached([]byte(greeting))
+		}
+		return "ok peer=" + peerName(c)
+	}
+	ask := func(s *sock) string {
+		msg := "hi"
+		if s.network == "tcp" {
+			msg = "ping\n"
+		}
+		s.c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := s.c.Write([]byte(msg)); err != nil {
+			return "err write " + errName(err)
+		}
+		n, err := s.c.Read(buf)
+		if err != nil {
+			return "err read " + errName(err)
+		}
+		if s.network == "tcp" {
+			return "ok " + strings.TrimSpace(string(buf[:n]))
+		}
+		return "ok " + reached(buf[:n])
+	}
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		var answer string
+		switch {
+		case len(f) == 4 && f[0] == "open":
+			s := &sock{network: f[2], addr: f[3]}
+			socks[f[1]] = s
+			answer = connect(s)
+		case len(f) == 2 && socks[f[1]] != nil && socks[f[1]].c != nil:
+			s := socks[f[1]]
+			switch f[0] {
+			case "ask":
+				answer = ask(s)
+			case "block":
+				s.blocked = make(chan string, 1)
+				s.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				go func(c net.Conn, res chan string) {
+					b := make([]byte, 256)
+					if _, err := c.Read(b); err != nil {
+						res <- "err read " + errName(err)
+						return
+					}
+					res <- "ok " + reached(b)
+				}(s.c, s.blocked)
+				answer = "ok blocking"
+			case "result":
+				if s.blocked == nil {
+					answer = "err not blocking"
+				} else {
+					answer = <-s.blocked
+				}
+			case "reopen":
+				s.c.Close()
+				if answer = connect(s); strings.HasPrefix(answer, "ok ") {
+					answer = ask(s)
+				}
+			default:
+				answer = "err unknown command " + f[0]
+			}
+		default:
+			answer = "err bad command " + sc.Text()
+		}
+		fmt.Fprintln(out, answer)
+	}
+}
+
+// startDestroyClient starts the client process (destroyClientMain) in the
+// test's cgroup (born there: every socket it opens is the cgroup's) and
+// the lab's client namespace.
+func startDestroyClient(t *testing.T, l *lab, cgroup string) *client {
+	t.Helper()
+	cg, err := os.Open(cgroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := l.cli.Command(context.Background(), exe, "-test.run=^TestDestroyClientProcess$")
+	cmd.Env = append(os.Environ(), destroyClientEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		in.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return &client{in: in, out: bufio.NewScanner(out)}
+}
+
+// countingDestroyer counts what the backend's destroyer did.
+type countingDestroyer struct {
+	d         SocketDestroyer
+	destroyed int
+	took      time.Duration
+}
+
+func (c *countingDestroyer) DestroySockets(ctx context.Context, flows []StaleFlow) (int, error) {
+	start := time.Now()
+	n, err := c.d.DestroySockets(ctx, flows)
+	c.destroyed += n
+	c.took = time.Since(start)
+	return n, err
+}
+
+// count makes the lab's backend count the sockets it destroys, with TCP
+// ones too if tcp (another destroyer, with the TCP iterator).
+func (s *socketLab) count(tcp bool) *countingDestroyer {
+	s.t.Helper()
+	var d SocketDestroyer = s.plugin.destroyer
+	if tcp {
+		des, err := NewDestroyer(s.plugin.objs, s.cgroup, true)
+		if err != nil {
+			s.t.Fatalf("%+v", err)
+		}
+		s.t.Cleanup(func() { des.Close() })
+		d = des
+	}
+	c := &countingDestroyer{d: d}
+	s.b.(*Dataplane).SetSocketDestroyer(c, tcp)
+	return c
+}
+
+// newDestroyLab is a socket lab (sock_e2e_test.go) whose client is the
+// socket-destroy client.
+func newDestroyLab(t *testing.T) *socketLab {
+	netnstest.RequireRoot(t)
+	l := newLab(t)
+	cgroup := testCgroup(t)
+	pins := testBPFFS(t)
+	t.Cleanup(func() {
+		if err := Remove(pins); err != nil {
+			t.Errorf("removing the pins: %v", err)
+		}
+	})
+	s := &socketLab{t: t, pins: pins, cgroup: cgroup, client: startDestroyClient(t, l, cgroup)}
+	s.open()
+	if s.plugin.destroyer == nil {
+		t.Fatal("the backend did not load the socket-destroy programs")
+	}
+	return s
+}
+
+// TestVerifierLoadsDestroyPrograms loads the socket-destroy iterators (UDP
+// and TCP) on the socket programs' maps.
+func TestVerifierLoadsDestroyPrograms(t *testing.T) {
+	netnstest.RequireRoot(t)
+	spec, err := loadDestroy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(spec.Programs) != 2 {
+		t.Errorf("bpf/destroy.c has %d programs, want 2 (udp, tcp)", len(spec.Programs))
+	}
+	o, err := Load("")
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	defer o.Close()
+	start := time.Now()
+	d, err := NewDestroyer(o, "/nonexistent", true)
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	defer d.Close()
+	t.Logf("loaded and attached the 2 socket-destroy iterators in %v", time.Since(start).Round(time.Microsecond))
+	logVerified(t, "destroy_udp", d.progs[0])
+	logVerified(t, "destroy_tcp", d.progs[1])
+}
+
+// dnsService is webService with the endpoints' conditions given: ready,
+// serving, terminating, and whether the cluster set holds it (the brain's
+// choice: ready ones, or the serving terminating ones when none is).
+func dnsService(eps ...*localv1.Endpoint) *localv1.ServiceEndpoints {
+	se := webService()
+	for _, p := range se.Service.Ports {
+		p.HasEndpoints = len(eps) > 0
+	}
+	for _, ep := range eps {
+		for _, port := range []struct {
+			name  string
+			proto localv1.Protocol
+			port  int32
+		}{{"dns", localv1.Protocol_UDP, 5353}, {"http", localv1.Protocol_TCP, 8080}} {
+			se.Endpoints = append(se.Endpoints, &localv1.Endpoint{Ip: ep.Ip, Ready: ep.Ready, Serving: ep.Serving, Terminating: ep.Terminating, InClusterSet: ep.InClusterSet,
+				PortName: port.name, Protocol: port.proto, Port: port.port})
+		}
+	}
+	return se
+}
+
+func ready(ip string) *localv1.Endpoint {
+	return &localv1.Endpoint{Ip: ip, Ready: true, Serving: true, InClusterSet: true}
+}
+
+// TestDestroyStaleUDPSockets: connected UDP sockets of the cgroup that
+// the socket programs connected through a Service to an endpoint that
+// stops serving are destroyed after the sync, as kube-proxy deletes
+// their conntrack entries, and connect anew to a serving endpoint; sockets
+// to an endpoint that still serves (terminating included), sockets to a
+// pod IP directly, and TCP connections are left alone; a Service port
+// without serving endpoints keeps its sockets until some serve again.
+func TestDestroyStaleUDPSockets(t *testing.T) {
+	s := newDestroyLab(t)
+	c := s.client
+	vip := clusterIP + ":53"
+	s.set(dnsService(ready(ep1), ready(ep2)))
+	count := s.count(false)
+
+	// Connected UDP sockets through the Service, to both endpoints.
+	at := map[string][]string{} // endpoint reached -> sockets
+	for i := range 16 {
+		name := fmt.Sprintf("u%d", i)
+		c.want(t, "open", name+" udp "+vip, "ok peer="+vip)
+		got := c.dial(t, "ask", name)
+		if got != "ok "+ep1+":5353" && got != "ok "+ep2+":5353" {
+			t.Fatalf("ask %s: %q", name, got)
+		}
+		at[strings.TrimPrefix(got, "ok ")] = append(at[strings.TrimPrefix(got, "ok ")], name)
+	}
+	on1, on2 := at[ep1+":5353"], at[ep2+":5353"]
+	if len(on1) == 0 || len(on2) == 0 {
+		t.Fatalf("16 connected sockets, not on both endpoints: %v", at)
+	}
+	// A socket to the pod IP directly, and a TCP connection through the
+	// Service to the endpoint that goes.
+	c.want(t, "open", "direct udp "+ep1+":5353", "ok peer="+ep1+":5353")
+	c.want(t, "ask", "direct", "ok "+ep1+":5353")
+	var tcp1 string
+	for i := range 16 {
+		name := fmt.Sprintf("t%d", i)
+		got := c.dial(t, "open", name+" tcp "+clusterIP+":80")
+		if got == "ok peer="+clusterIP+":80 at="+ep1+":8080" {
+			tcp1 = name
+			break
+		}
+		if got != "ok peer="+clusterIP+":80 at="+ep2+":8080" {
+			t.Fatalf("open %s: %q", name, got)
+		}
+	}
+
+	// ep1 terminates but still serves: kube-proxy keeps its flows.
+	term := &localv1.Endpoint{Ip: ep1, Serving: true, Terminating: true}
+	s.set(dnsService(term, ready(ep2)))
+	if count.destroyed != 0 {
+		t.Errorf("%d sockets destroyed, want none", count.destroyed)
+	}
+	for _, name := range on1 {
+		c.want(t, "ask", name, "ok "+ep1+":5353")
+	}
+
+	// ep1 is gone: its sockets through the Service are destroyed, the
+	// others are not. A reader waiting on one sees ECONNABORTED.
+	c.want(t, "block", on1[0], "ok blocking")
+	start := time.Now()
+	s.set(dnsService(ready(ep2)))
+	t.Logf("a sync that removed an endpoint: %v, of which destroying %d sockets (1 network namespace): %v", time.Since(start).Round(time.Microsecond), count.destroyed, count.took.Round(time.Microsecond))
+	// Exactly the UDP sockets through the Service to ep1: not the direct
+	// one, not the TCP connection.
+	if count.destroyed != len(on1) {
+		t.Errorf("%d sockets destroyed, want %d", count.destroyed, len(on1))
+	}
+	// What the application sees: a read waiting wakes with ECONNABORTED;
+	// a write finds the socket no longer connected (EDESTADDRREQ). The
+	// socket is unconnected now: connecting again balances anew.
+	c.want(t, "result", on1[0], "err read ECONNABORTED")
+	for _, name := range on1[1:] {
+		c.want(t, "ask", name, "err write EDESTADDRREQ")
+	}
+	for _, name := range on1 {
+		c.want(t, "reopen", name, "ok "+ep2+":5353")
+	}
+	for _, name := range on2 {
+		c.want(t, "ask", name, "ok "+ep2+":5353")
+	}
+	c.want(t, "ask", "direct", "ok "+ep1+":5353")
+	if tcp1 != "" {
+		c.want(t, "ask", tcp1, "ok ping") // kube-proxy deletes no TCP flow
+	} else {
+		t.Errorf("no TCP connection reached %s in 16 tries", ep1)
+	}
+
+	// No serving endpoint: kube-proxy leaves the flows alone; they are
+	// stale once an endpoint serves again.
+	count.destroyed = 0
+	s.set(dnsService())
+	for _, name := range on2 {
+		c.want(t, "ask", name, "ok "+ep2+":5353")
+	}
+	if count.destroyed != 0 {
+		t.Errorf("%d sockets destroyed while no endpoint served, want none", count.destroyed)
+	}
+	c.want(t, "block", on2[0], "ok blocking")
+	s.set(dnsService(ready(ep1)))
+	c.want(t, "result", on2[0], "err read ECONNABORTED")
+	c.want(t, "reopen", on2[0], "ok "+ep1+":5353")
+	c.want(t, "ask", "direct", "ok "+ep1+":5353")
+}
+
+// TestDestroyStaleSocketsAfterRestart: an endpoint removed while kpng was
+// not running: the new run's first sync (a reset) finds the endpoints
+// sockets may be connected to in the pinned maps, and destroys those of
+// the one that went.
+func TestDestroyStaleSocketsAfterRestart(t *testing.T) {
+	s := newDestroyLab(t)
+	c := s.client
+	vip := clusterIP + ":53"
+	s.set(dnsService(ready(ep1)))
+	c.want(t, "open", "u udp "+vip, "ok peer="+vip)
+	c.want(t, "ask", "u", "ok "+ep1+":5353")
+	s.stop()
+	s.open()
+	count := s.count(false)
+	c.want(t, "block", "u", "ok blocking")
+	s.set(dnsService(ready(ep2)))
+	c.want(t, "result", "u", "err read ECONNABORTED")
+	c.want(t, "reopen", "u", "ok "+ep2+":5353")
+	if count.destroyed != 1 {
+		t.Errorf("%d sockets destroyed, want 1", count.destroyed)
+	}
+}
+
+// TestDestroyStaleTCPSockets: with TCP asked for (not kpng's default, nor
+// kube-proxy's), the iter/tcp program aborts the TCP connections through
+// the Service to an endpoint that went, and leaves the others.
+func TestDestroyStaleTCPSockets(t *testing.T) {
+	s := newDestroyLab(t)
+	c := s.client
+	vip := clusterIP + ":80"
+	count := s.count(true) // before the first sync: the ports it tracks
+	s.set(dnsService(ready(ep1)))
+	c.want(t, "open", "gone tcp "+vip, "ok peer="+vip+" at="+ep1+":8080")
+	c.want(t, "open", "direct tcp "+ep1+":8080", "ok peer="+ep1+":8080 at="+ep1+":8080")
+	s.set(dnsService(ready(ep2)))
+	c.want(t, "open", "kept tcp "+vip, "ok peer="+vip+" at="+ep2+":8080")
+	c.want(t, "ask", "gone", "err write ECONNABORTED")
+	c.want(t, "ask", "direct", "ok ping")
+	c.want(t, "ask", "kept", "ok ping")
+	if count.destroyed != 1 {
+		t.Errorf("%d sockets destroyed, want 1", count.destroyed)
+	}
+}
