@@ -39,6 +39,7 @@ func TestDestroyClientProcess(t *testing.T) {
 //
 //	open NAME udp|tcp ADDR   connect: "ok peer=<getpeername>" (tcp: " at=<address reached>", from the greeting)
 //	ask NAME                 one exchange: "ok <address reached>" (udp) or "ok <echo>" (tcp), or "err write|read <errno>"
+//	recv NAME                one read (up to 2 s): "ok <address reached>" or "err read <errno>"
 //	block NAME               start a read that waits (up to 10 s) for a datagram
 //	result NAME              what that read returned
 //	reopen NAME              close, connect again to the same address, ask
@@ -100,6 +101,13 @@ func destroyClientMain(in io.Reader, out io.Writer) {
 			switch f[0] {
 			case "ask":
 				answer = ask(s)
+			case "recv":
+				s.c.SetReadDeadline(time.Now().Add(2 * time.Second))
+				if n, err := s.c.Read(buf); err != nil {
+					answer = "err read " + errName(err)
+				} else {
+					answer = "ok " + reached(buf[:n])
+				}
 			case "block":
 				s.blocked = make(chan string, 1)
 				s.c.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -342,12 +350,15 @@ func TestDestroyStaleUDPSockets(t *testing.T) {
 	if count.destroyed != len(on1) {
 		t.Errorf("%d sockets destroyed, want %d", count.destroyed, len(on1))
 	}
-	// What the application sees: a read waiting wakes with ECONNABORTED;
-	// a write finds the socket no longer connected (EDESTADDRREQ). The
+	// What the application sees: a read waiting wakes with ECONNABORTED
+	// (the error is reported once: to that read, or to the next one); a
+	// write finds the socket no longer connected (EDESTADDRREQ). The
 	// socket is unconnected now: connecting again balances anew.
 	c.want(t, "result", on1[0], "err read ECONNABORTED")
+	c.want(t, "ask", on1[0], "err write EDESTADDRREQ")
 	for _, name := range on1[1:] {
 		c.want(t, "ask", name, "err write EDESTADDRREQ")
+		c.want(t, "recv", name, "err read ECONNABORTED")
 	}
 	for _, name := range on1 {
 		c.want(t, "reopen", name, "ok "+ep2+":5353")
