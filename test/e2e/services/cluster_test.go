@@ -25,18 +25,8 @@ const (
 	settle = 10 * time.Second
 )
 
-// notHere are kpng backends this suite cannot run yet, and why: it would
-// run them with the netfilter backends' flags and defaults.
-var notHere = map[string]string{
-	// Its socket programs attach to the cgroup v2 root unless told
-	// otherwise: the whole machine's connections. The labs have no test
-	// cgroup for it; backends/ebpf's own kernel tests make one.
-	"ebpf": "attaches to the cgroup v2 root by default, and the labs give it no cgroup of their own (its tests are in backends/ebpf)",
-}
-
 // backends returns the backends to run, from KPNG_E2E_BACKENDS or, by
-// default, every backend the kpng binary offers but those of notHere. No
-// backend is a failure.
+// default, every backend the kpng binary offers. No backend is a failure.
 func backends(t *testing.T) []netlab.Backend {
 	t.Helper()
 	var names []string
@@ -47,20 +37,13 @@ func backends(t *testing.T) []netlab.Backend {
 			}
 		}
 	} else {
-		for _, n := range netlab.KpngBackends(t) {
-			if notHere[n] == "" {
-				names = append(names, n)
-			}
-		}
+		names = netlab.KpngBackends(t)
 		if len(names) == 0 {
 			t.Fatalf("the kpng binary offers no backend (no to-<name> under `kpng file to-local`): nothing to test; is backends/nft registered in cmd/kpng?")
 		}
 	}
 	var bs []netlab.Backend
 	for _, n := range names {
-		if why := notHere[n]; why != "" {
-			t.Fatalf("KPNG_E2E_BACKENDS names %q, which this suite cannot run: it %s", n, why)
-		}
 		if b := referenceBackend(t, n); b != nil {
 			bs = append(bs, b)
 		} else {
@@ -97,11 +80,16 @@ func defaultConfig() netlab.ProxyConfig {
 	}
 }
 
-// startCluster builds the default lab, lets setup state the services, and
-// starts b with cfg on every node, returning after each node's first sync.
+// startCluster builds the default lab (with a cgroup per node for a
+// backend that hooks sockets by cgroup, to-ebpf: its programs attach to the
+// node's cgroup, where the lab's clients open their sockets), lets setup
+// state the services, and starts b with cfg on every node, returning after
+// each node's first sync.
 func startCluster(t *testing.T, b netlab.Backend, cfg netlab.ProxyConfig, setup func(l *netlab.Lab, s *netlab.State)) *cluster {
 	t.Helper()
-	lab := netlab.New(t, netlab.DefaultSpec())
+	spec := netlab.DefaultSpec()
+	spec.Cgroups = netlab.NeedsCgroups(b)
+	lab := netlab.New(t, spec)
 	c := &cluster{lab: lab, state: netlab.NewState(t, lab), backend: b, cfg: cfg,
 		procs: map[*netlab.Node]*netlab.Process{}, rulesBefore: map[*netlab.Node][]string{}}
 	if setup != nil {

@@ -53,7 +53,7 @@ func TestDetectLocalModes(t *testing.T) {
 			// kpng's own mode, which kube-proxy does not accept.
 			extra = append(extra, mode{"None", netlab.ProxyConfig{DetectLocalMode: "None"}, false})
 		}
-		for _, tc := range append([]mode{
+		modes := append([]mode{
 			{"NodeCIDR", netlab.ProxyConfig{DetectLocalMode: "NodeCIDR"}, true},
 			{"BridgeInterface", netlab.ProxyConfig{DetectLocalMode: "BridgeInterface", Extra: []string{"--pod-bridge-interface=" + netlab.PodBridge}}, true},
 			// Routed pod traffic arrives on the bridge, whose name has the
@@ -63,7 +63,12 @@ func TestDetectLocalModes(t *testing.T) {
 			// kube-proxy.
 			{"ClusterCIDR-without-CIDRs", netlab.ProxyConfig{DetectLocalMode: "ClusterCIDR"}, false},
 			{"ClusterCIDR", netlab.ProxyConfig{DetectLocalMode: "ClusterCIDR", ClusterCIDRs: cidrs}, true},
-		}, extra...) {
+		}, extra...)
+		if differs(t, b, "detect-local-mode") {
+			// No modes: what a mode that tells pods from the rest decides.
+			modes = []mode{{"without-modes", netlab.ProxyConfig{}, true}}
+		}
+		for _, tc := range modes {
 			t.Run(tc.mode, func(t *testing.T) {
 				// Restart node-1's proxy in the mode: it reconciles the
 				// rules of the previous mode.

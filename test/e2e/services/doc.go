@@ -14,9 +14,12 @@
 //	go test -tags e2e ./test/e2e/services/
 //
 // KPNG_E2E_BACKENDS selects the backends, comma-separated (default: every
-// backend the kpng binary offers as a to-local sub-command, but ebpf,
-// whose socket programs would attach to the machine's cgroup v2 root: its
-// tests are backends/ebpf's). Two reference
+// backend the kpng binary offers as a to-local sub-command). A backend that
+// hooks sockets by cgroup (ebpf) gets labs with a cgroup v2 per node
+// (netlab.Spec.Cgroups), never the machine's root. Where a backend differs
+// from the nftables expectation, on purpose or as a documented gap, the
+// test expects what it does instead and says why (differences_test.go;
+// listed in docs/<backend>.md). Two reference
 // backends run upstream kube-proxy (hack/install-test-deps.sh builds it into
 // .cache/bin) fed from a real kube-apiserver that mirrors the state file:
 // "kube-proxy-nftables" and "kube-proxy-iptables". They prove the suite
