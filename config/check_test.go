@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +78,27 @@ func TestCheck(t *testing.T) {
 		}
 		if len(warnings) == 0 {
 			t.Error("no warnings")
+		}
+	})
+	t.Run("configHardFail false resets a bad ebpf field alone", func(t *testing.T) {
+		c := Default()
+		c.ConfigHardFail = false
+		c.Mode = ProxyModeEBPF
+		c.EBPF = EBPFConfiguration{CgroupPath: "/sys/fs/cgroup/kpng", Interfaces: []string{"eth0", "bad name"}, PinPath: "relative"}
+		got, warnings, err := CheckModes(c, ProxyModeEBPF)
+		if err != nil {
+			t.Fatalf("CheckModes: %v", err)
+		}
+		want := EBPFConfiguration{CgroupPath: "/sys/fs/cgroup/kpng", Interfaces: []string{"auto"}, PinPath: "/sys/fs/bpf/kpng"}
+		if !equality.Semantic.DeepEqual(got.EBPF, want) {
+			t.Errorf("ebpf = %+v, want %+v (the good cgroupPath kept, the bad fields at their defaults)", got.EBPF, want)
+		}
+		var fields []string
+		for _, w := range warnings {
+			fields = append(fields, w.Field)
+		}
+		if !slices.Contains(fields, "ebpf.interfaces[1]") || !slices.Contains(fields, "ebpf.pinPath") {
+			t.Errorf("warnings name %q, want ebpf.interfaces[1] and ebpf.pinPath", fields)
 		}
 	})
 	t.Run("a nil configuration is an error", func(t *testing.T) {

@@ -2,6 +2,7 @@ package config
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -108,6 +109,9 @@ var kep784Cases = []kep784Case{
 	{name: "bindAddress 0.0.0.0 means detect: empty nodeIPOverride", v1: "bindAddress: 0.0.0.0\n", v2Path: "nodeIPOverride", want: nil, v1Path: "bindAddress", wantV1: "0.0.0.0"},
 	{name: "bindAddress :: means detect too, and comes back as 0.0.0.0", v1: "bindAddress: \"::\"\n", v2Path: "nodeIPOverride", want: nil, v1Path: "bindAddress", wantV1: "0.0.0.0"},
 	{name: "ipFamilyPolicy is empty for v1alpha1", v1: "", v2Path: "ipFamilyPolicy", want: ""},
+	{name: "ebpf.cgroupPath is kpng's default for v1alpha1 (kube-proxy's type has no ebpf section)", v1: "mode: ebpf\n", v2Path: "ebpf.cgroupPath", want: ""},
+	{name: "ebpf.interfaces is kpng's default for v1alpha1", v1: "mode: ebpf\n", v2Path: "ebpf.interfaces", want: []any{"auto"}},
+	{name: "ebpf.pinPath is kpng's default for v1alpha1", v1: "mode: ebpf\n", v2Path: "ebpf.pinPath", want: "/sys/fs/bpf/kpng"},
 
 	// Different defaults: migrating keeps v1alpha1's behaviour explicitly.
 	{name: "unset iptables.localhostNodePorts keeps v1alpha1's true", v1: "", v2Path: "iptables.localhostNodePorts", want: true, v1Path: "iptables.localhostNodePorts"},
@@ -215,6 +219,12 @@ func TestToV1Alpha1Errors(t *testing.T) {
 		{name: "an ipvs.masqueradeBit unlike iptables.masqueradeBit has no v1alpha1 field", v2: "ipvs:\n  masqueradeBit: 3\n", wantErr: []string{"ipvs.masqueradeBit", "iptables.masqueradeBit"}},
 		{name: "minSyncPeriod 0s in iptables mode would become 1s", v2: "minSyncPeriod: 0s\n", wantErr: []string{"minSyncPeriod"}},
 		{name: "every inexpressible field is named at once", v2: "configHardFail: false\nipFamilyPolicy: SingleStack\n", wantErr: []string{"configHardFail", "ipFamilyPolicy"}},
+		{name: "an ebpf.cgroupPath has no v1alpha1 field", v2: "mode: ebpf\nebpf:\n  cgroupPath: /sys/fs/cgroup/kpng\n", wantErr: []string{"ebpf.cgroupPath", "/sys/fs/cgroup/kpng", "no ebpf section"}},
+		{name: "ebpf.interfaces other than [auto] have no v1alpha1 field", v2: "mode: ebpf\nebpf:\n  interfaces: [eth0]\n", wantErr: []string{"ebpf.interfaces", "eth0"}},
+		{name: "no ebpf.interfaces (an empty list) has no v1alpha1 field", v2: "mode: ebpf\nebpf:\n  interfaces: []\n", wantErr: []string{"ebpf.interfaces"}},
+		{name: "an ebpf.pinPath has no v1alpha1 field", v2: "mode: ebpf\nebpf:\n  pinPath: /sys/fs/bpf/x\n", wantErr: []string{"ebpf.pinPath", "/sys/fs/bpf/x"}},
+		{name: "ebpf fields are refused outside mode ebpf too: the file would lose them", v2: "mode: nftables\nebpf:\n  pinPath: /sys/fs/bpf/x\n  cgroupPath: /c\n  interfaces: [eth1]\n", wantErr: []string{"ebpf.pinPath", "ebpf.cgroupPath", "ebpf.interfaces"}},
+		{name: "the default ebpf section converts, written out or not", v2: "mode: ebpf\nebpf:\n  cgroupPath: \"\"\n  interfaces: [auto]\n  pinPath: /sys/fs/bpf/kpng\n"},
 		{name: "minSyncPeriod 0s in ipvs mode is fine", v2: "mode: ipvs\nminSyncPeriod: 0s\n"},
 		{name: "one nodeIPOverride IP becomes bindAddress", v2: "nodeIPOverride: [\"2001:db8::1\"]\n"},
 		{name: "windows.runAsService true is v1alpha1's windowsRunAsService", v2: "windows:\n  runAsService: true\n"},
@@ -261,5 +271,44 @@ func TestConversionDoesNotModifyInput(t *testing.T) {
 	}
 	if _, ok := v2.FeatureGates["C"]; ok {
 		t.Error("FromV1Alpha2 shares the featureGates map with its input")
+	}
+}
+
+// TestEBPFInterfacesEmptyMeansNone: an unset (or null) ebpf.interfaces
+// takes the default [auto], an empty list means no interfaces, and each
+// survives a write and a re-read, as minSyncPeriod's null and 0s do.
+func TestEBPFInterfacesEmptyMeansNone(t *testing.T) {
+	cases := []struct {
+		name, doc string
+		want      []string
+		written   any // ebpf.interfaces in the written v1alpha2 (JSON form)
+	}{
+		{name: "unset is [auto]", doc: "mode: ebpf\n", want: []string{"auto"}, written: []any{"auto"}},
+		{name: "null is [auto]", doc: "mode: ebpf\nebpf:\n  interfaces: null\n", want: []string{"auto"}, written: []any{"auto"}},
+		{name: "an empty list is none", doc: "mode: ebpf\nebpf:\n  interfaces: []\n", want: []string{}, written: []any{}},
+		{name: "names are kept in order", doc: "mode: ebpf\nebpf:\n  interfaces: [eth1, eth0]\n", want: []string{"eth1", "eth0"}, written: []any{"eth1", "eth0"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			loaded := mustLoad(t, v1alpha2Header+tc.doc)
+			if got := loaded.Config.EBPF.Interfaces; got == nil || !slices.Equal(got, tc.want) {
+				t.Fatalf("interfaces = %#v, want %#v", got, tc.want)
+			}
+			out := mustMarshal(t, loaded.Config)
+			if got, _ := lookup(yamlMap(t, out), "ebpf.interfaces"); !reflect.DeepEqual(got, tc.written) {
+				t.Errorf("written interfaces = %#v, want %#v:\n%s", got, tc.written, out)
+			}
+			again := mustLoad(t, string(out))
+			if !slices.Equal(again.Config.EBPF.Interfaces, tc.want) {
+				t.Errorf("re-read interfaces = %#v, want %#v", again.Config.EBPF.Interfaces, tc.want)
+			}
+		})
+	}
+	// A hub built in Go with a nil list means none too: it is written as
+	// [], never as null (which would read back as [auto]).
+	c := Default()
+	c.EBPF.Interfaces = nil
+	if got, _ := lookup(yamlMap(t, mustMarshal(t, c)), "ebpf.interfaces"); !reflect.DeepEqual(got, []any{}) {
+		t.Errorf("a nil hub list is written as %#v, want []", got)
 	}
 }

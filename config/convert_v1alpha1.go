@@ -14,6 +14,7 @@ import (
 
 	"github.com/kpng/kpng/config/internal/defaults"
 	"github.com/kpng/kpng/config/v1alpha1"
+	"github.com/kpng/kpng/config/v1alpha2"
 )
 
 // Conversion between kube-proxy's v1alpha1 and the hub.
@@ -208,8 +209,10 @@ func FromV1Alpha1(in *kpv1alpha1.KubeProxyConfiguration) (*KubeProxyConfiguratio
 			TCPFinTimeout: c.IPVS.TCPFinTimeout.Duration,
 			UDPTimeout:    c.IPVS.UDPTimeout.Duration,
 		},
-		NFTables:        NFTablesConfiguration{MasqueradeBit: *c.NFTables.MasqueradeBit},
-		Winkernel:       WinkernelConfiguration(c.Winkernel),
+		NFTables:  NFTablesConfiguration{MasqueradeBit: *c.NFTables.MasqueradeBit},
+		Winkernel: WinkernelConfiguration(c.Winkernel),
+		// kube-proxy's type has no ebpf section: kpng's defaults.
+		EBPF:            defaultEBPF(),
 		DetectLocalMode: LocalMode(c.DetectLocalMode),
 		DetectLocal: DetectLocalConfiguration{
 			BridgeInterface:     c.DetectLocal.BridgeInterface,
@@ -229,7 +232,9 @@ func FromV1Alpha1(in *kpv1alpha1.KubeProxyConfiguration) (*KubeProxyConfiguratio
 // nodeIPOverride IPs, an ipFamilyPolicy, configHardFail false, an
 // ipvs.masqueradeBit different from iptables.masqueradeBit (v1alpha1's ipvs
 // mode reads the latter), a zero minSyncPeriod for iptables or nftables
-// (v1alpha1 turns 0s into 1s there), or a cluster CIDR containing a comma.
+// (v1alpha1 turns 0s into 1s there), a cluster CIDR containing a comma, or
+// an ebpf field other than its default (kube-proxy's type has no ebpf
+// section).
 func ToV1Alpha1(in *KubeProxyConfiguration) (*kpv1alpha1.KubeProxyConfiguration, error) {
 	var errs field.ErrorList
 	const cannot = "v1alpha1 cannot express this"
@@ -262,6 +267,7 @@ func ToV1Alpha1(in *KubeProxyConfiguration) (*kpv1alpha1.KubeProxyConfiguration,
 			errs = append(errs, field.Invalid(field.NewPath("detectLocal", "clusterCIDRs").Index(i), cidr, cannot+": v1alpha1's clusterCIDR is comma-separated"))
 		}
 	}
+	errs = append(errs, ebpfToV1Alpha1(&in.EBPF)...)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("converting to %s: %w", v1alpha1.APIVersion, errs.ToAggregate())
 	}
@@ -338,4 +344,34 @@ func ToV1Alpha1(in *KubeProxyConfiguration) (*kpv1alpha1.KubeProxyConfiguration,
 		ConfigSyncPeriod:    metav1.Duration{Duration: in.ConfigSyncPeriod},
 		WindowsRunAsService: in.Windows.RunAsService,
 	}, nil
+}
+
+// defaultEBPF is the ebpf section's v1alpha2 default: what a v1alpha1 file,
+// which cannot hold the section, converts to.
+func defaultEBPF() EBPFConfiguration {
+	return EBPFConfiguration{
+		Interfaces: []string{v1alpha2.EBPFInterfacesAuto},
+		PinPath:    v1alpha2.DefaultEBPFPinPath,
+	}
+}
+
+// ebpfToV1Alpha1 names each ebpf field that holds other than its default:
+// kube-proxy's v1alpha1 type (decoded strictly) has no place for kpng's
+// section, and a conversion that dropped the field would change what the
+// eBPF backend does when the file is read back.
+func ebpfToV1Alpha1(c *EBPFConfiguration) field.ErrorList {
+	var errs field.ErrorList
+	def := defaultEBPF()
+	path := field.NewPath("ebpf")
+	const cannot = "v1alpha1 cannot express this: kube-proxy's type has no ebpf section (kpng's own), so only the default converts"
+	if c.CgroupPath != def.CgroupPath {
+		errs = append(errs, field.Invalid(path.Child("cgroupPath"), c.CgroupPath, cannot+` (""): keep the file in v1alpha2`))
+	}
+	if !slices.Equal(c.Interfaces, def.Interfaces) {
+		errs = append(errs, field.Invalid(path.Child("interfaces"), c.Interfaces, cannot+" ([auto]): keep the file in v1alpha2"))
+	}
+	if c.PinPath != def.PinPath {
+		errs = append(errs, field.Invalid(path.Child("pinPath"), c.PinPath, fmt.Sprintf("%s (%s): keep the file in v1alpha2", cannot, def.PinPath)))
+	}
+	return errs
 }

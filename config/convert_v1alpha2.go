@@ -60,8 +60,13 @@ func FromV1Alpha2(in *v1alpha2.KubeProxyConfiguration) *KubeProxyConfiguration {
 			TCPFinTimeout: c.IPVS.TCPFinTimeout.Duration,
 			UDPTimeout:    c.IPVS.UDPTimeout.Duration,
 		},
-		NFTables:        NFTablesConfiguration{MasqueradeBit: *c.NFTables.MasqueradeBit},
-		Winkernel:       WinkernelConfiguration(c.Winkernel),
+		NFTables:  NFTablesConfiguration{MasqueradeBit: *c.NFTables.MasqueradeBit},
+		Winkernel: WinkernelConfiguration(c.Winkernel),
+		EBPF: EBPFConfiguration{
+			CgroupPath: c.EBPF.CgroupPath,
+			Interfaces: slices.Clone(c.EBPF.Interfaces),
+			PinPath:    c.EBPF.PinPath,
+		},
 		DetectLocalMode: LocalMode(c.DetectLocalMode),
 		DetectLocal: DetectLocalConfiguration{
 			BridgeInterface:     c.DetectLocal.BridgeInterface,
@@ -122,8 +127,15 @@ func ToV1Alpha2(in *KubeProxyConfiguration) *v1alpha2.KubeProxyConfiguration {
 			TCPFinTimeout: metav1.Duration{Duration: in.IPVS.TCPFinTimeout},
 			UDPTimeout:    metav1.Duration{Duration: in.IPVS.UDPTimeout},
 		},
-		NFTables:        v1alpha2.KubeProxyNFTablesConfiguration{MasqueradeBit: ptr(in.NFTables.MasqueradeBit)},
-		Winkernel:       v1alpha2.KubeProxyWinkernelConfiguration(in.Winkernel),
+		NFTables:  v1alpha2.KubeProxyNFTablesConfiguration{MasqueradeBit: ptr(in.NFTables.MasqueradeBit)},
+		Winkernel: v1alpha2.KubeProxyWinkernelConfiguration(in.Winkernel),
+		EBPF: v1alpha2.KubeProxyEBPFConfiguration{
+			CgroupPath: in.EBPF.CgroupPath,
+			// Never null: null would read back as the default [auto],
+			// while an empty hub list means no interfaces.
+			Interfaces: append([]string{}, in.EBPF.Interfaces...),
+			PinPath:    in.EBPF.PinPath,
+		},
 		DetectLocalMode: v1alpha2.LocalMode(in.DetectLocalMode),
 		DetectLocal: v1alpha2.DetectLocalConfiguration{
 			BridgeInterface:     in.DetectLocal.BridgeInterface,

@@ -24,6 +24,7 @@ import (
 	componentbaseconfigv1alpha1 "k8s.io/component-base/config/v1alpha1"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
+	"github.com/kpng/kpng/config/v1alpha2"
 	"github.com/kpng/kpng/proxyutil/sysctl"
 )
 
@@ -72,6 +73,8 @@ type KubeProxyConfiguration struct {
 	NFTables NFTablesConfiguration
 	// Winkernel holds Windows HNS settings.
 	Winkernel WinkernelConfiguration
+	// EBPF holds the settings of kpng's own mode ebpf.
+	EBPF EBPFConfiguration
 
 	// DetectLocalMode selects how local traffic is detected.
 	DetectLocalMode LocalMode
@@ -157,6 +160,22 @@ type WinkernelConfiguration struct {
 	ForwardHealthCheckVip bool
 }
 
+// EBPFConfiguration holds the settings of kpng's eBPF backend (mode ebpf):
+// its flags of the same names (--ebpf-cgroup-path, --ebpf-interfaces,
+// --ebpf-pin-path).
+type EBPFConfiguration struct {
+	// CgroupPath is the cgroup v2 whose sockets are balanced; "" is the
+	// root of the cgroup v2 hierarchy (every process of the node).
+	CgroupPath string
+	// Interfaces are where the north-south programs attach: interface
+	// names, or exactly [EBPFInterfacesAuto] for the interfaces holding the
+	// node's addresses; empty (or nil) means none.
+	Interfaces []string
+	// PinPath is a folder on a BPF filesystem for the pinned maps and
+	// links.
+	PinPath string
+}
+
 // DetectLocalConfiguration holds the settings each LocalMode needs.
 type DetectLocalConfiguration struct {
 	// BridgeInterface is used by LocalModeBridgeInterface.
@@ -207,6 +226,10 @@ const (
 // node's primary IPs".
 const NodePortAddressesPrimary = "primary"
 
+// EBPFInterfacesAuto is the ebpf.interfaces value that means "the
+// interfaces holding the node's addresses, when the backend starts".
+const EBPFInterfacesAuto = v1alpha2.EBPFInterfacesAuto
+
 // DeepCopy returns a copy of c that shares no memory with it.
 func (c *KubeProxyConfiguration) DeepCopy() *KubeProxyConfiguration {
 	if c == nil {
@@ -219,5 +242,6 @@ func (c *KubeProxyConfiguration) DeepCopy() *KubeProxyConfiguration {
 	out.IPVS.ExcludeCIDRs = slices.Clone(c.IPVS.ExcludeCIDRs)
 	out.DetectLocal.ClusterCIDRs = slices.Clone(c.DetectLocal.ClusterCIDRs)
 	out.NodePortAddresses = slices.Clone(c.NodePortAddresses)
+	out.EBPF.Interfaces = slices.Clone(c.EBPF.Interfaces)
 	return &out
 }

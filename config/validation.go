@@ -3,12 +3,14 @@ package config
 import (
 	"fmt"
 	"net"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/component-base/featuregate"
@@ -30,7 +32,8 @@ func Validate(cfg *KubeProxyConfiguration) field.ErrorList {
 //
 // As in kube-proxy, the ipvs section is checked only in ipvs mode and
 // nftables.masqueradeBit only in nftables mode, so a file that kube-proxy
-// accepts is accepted here too. The fields v1alpha2 adds are always checked.
+// accepts is accepted here too. The fields v1alpha2 adds are always checked,
+// kpng's ebpf section among them (no kube-proxy file can hold it).
 func ValidateFor(cfg *KubeProxyConfiguration, goos string) field.ErrorList {
 	return validateFor(cfg, goos, nil)
 }
@@ -75,6 +78,7 @@ func validateFor(cfg *KubeProxyConfiguration, goos string, extra []ProxyMode) fi
 	errs = append(errs, validateNodePortAddresses(cfg.NodePortAddresses, field.NewPath("nodePortAddresses"))...)
 	errs = append(errs, validateShowHiddenMetricsForVersion(cfg.ShowHiddenMetricsForVersion, field.NewPath("showHiddenMetricsForVersion"))...)
 	errs = append(errs, validateDetectLocal(cfg.DetectLocalMode, &cfg.DetectLocal)...)
+	errs = append(errs, validateEBPF(&cfg.EBPF, field.NewPath("ebpf"))...)
 	errs = append(errs, validateLogging(cfg)...)
 	return errs
 }
@@ -288,6 +292,65 @@ func validateDualStackCIDRs(cidrs []string, path *field.Path) field.ErrorList {
 		}
 	}
 	return errs
+}
+
+// validateEBPF checks kpng's ebpf section, the eBPF backend's flags.
+func validateEBPF(c *EBPFConfiguration, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if c.CgroupPath != "" && !filepath.IsAbs(c.CgroupPath) {
+		errs = append(errs, field.Invalid(path.Child("cgroupPath"), c.CgroupPath, "must be an absolute path to a cgroup v2 folder (leave it empty for the root of the cgroup v2 hierarchy)"))
+	}
+
+	pinPath := path.Child("pinPath")
+	switch {
+	case c.PinPath == "":
+		errs = append(errs, field.Required(pinPath, "a folder on a BPF filesystem, e.g. /sys/fs/bpf/kpng"))
+	case !filepath.IsAbs(c.PinPath):
+		errs = append(errs, field.Invalid(pinPath, c.PinPath, "must be an absolute path to a folder on a BPF filesystem (e.g. /sys/fs/bpf/kpng)"))
+	case slices.Contains(strings.Split(c.PinPath, "/"), ".."):
+		errs = append(errs, field.Invalid(pinPath, c.PinPath, "must not contain '..': --cleanup deletes this folder and everything in it"))
+	case filepath.Clean(c.PinPath) == "/":
+		errs = append(errs, field.Invalid(pinPath, c.PinPath, "must be a folder of its own, not the root: --cleanup deletes this folder and everything in it"))
+	}
+
+	ifPath := path.Child("interfaces")
+	seen := map[string]bool{}
+	for i, name := range c.Interfaces {
+		p := ifPath.Index(i)
+		switch {
+		case name == EBPFInterfacesAuto:
+			if len(c.Interfaces) != 1 {
+				errs = append(errs, field.Invalid(p, name, `"auto" (the interfaces holding the node's addresses) must be the only entry`))
+			}
+		case name == "none":
+			errs = append(errs, field.Invalid(p, name, `"none" is the flag's spelling; write interfaces: [] for no interfaces`))
+		case seen[name]:
+			errs = append(errs, field.Duplicate(p, name))
+		default:
+			if msg := invalidInterfaceName(name); msg != "" {
+				errs = append(errs, field.Invalid(p, name, msg))
+			}
+		}
+		seen[name] = true
+	}
+	return errs
+}
+
+// invalidInterfaceName says why name cannot be a Linux network interface
+// name (the kernel's dev_valid_name), or, for a comma, cannot reach the
+// backend's comma-separated --ebpf-interfaces; "" when it can.
+func invalidInterfaceName(name string) string {
+	switch {
+	case name == "":
+		return "must be an interface name, not empty"
+	case len(name) > 15:
+		return "must be an interface name, at most 15 bytes long"
+	case name == "." || name == "..":
+		return "must be an interface name, not . or .."
+	case strings.ContainsAny(name, "/:,") || strings.IndexFunc(name, unicode.IsSpace) >= 0:
+		return "must be an interface name: no '/', ':', ',' or white space"
+	}
+	return ""
 }
 
 // LoggingFeatureGate returns a feature gate holding the logging features

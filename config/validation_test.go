@@ -97,6 +97,26 @@ func TestValidate(t *testing.T) {
 			c.NodeIPOverride = []string{"2001:db8::1", "192.0.2.1"}
 		}, want: []string{"ipFamilyPolicy"}},
 		{name: "RequireDualStack is valid", mutate: func(c *KubeProxyConfiguration) { c.IPFamilyPolicy = IPFamilyPolicyRequireDualStack }},
+
+		{name: "ebpf settings are valid with named interfaces", mutate: func(c *KubeProxyConfiguration) {
+			c.EBPF = EBPFConfiguration{CgroupPath: "/sys/fs/cgroup/kpng", Interfaces: []string{"eth0", "cbr0", "enp0s31f6.100"}, PinPath: "/run/kpng/bpf"}
+		}},
+		{name: "no ebpf interfaces (socket programs only) is valid", mutate: func(c *KubeProxyConfiguration) { c.EBPF.Interfaces = []string{} }},
+		{name: "ebpf.cgroupPath must be absolute", mutate: func(c *KubeProxyConfiguration) { c.EBPF.CgroupPath = "kpng.slice" }, want: []string{"ebpf.cgroupPath"}},
+		{name: "ebpf.pinPath is required", mutate: func(c *KubeProxyConfiguration) { c.EBPF.PinPath = "" }, want: []string{"ebpf.pinPath"}},
+		{name: "ebpf.pinPath must be absolute", mutate: func(c *KubeProxyConfiguration) { c.EBPF.PinPath = "bpf/kpng" }, want: []string{"ebpf.pinPath"}},
+		{name: "ebpf.pinPath cannot be the root, which --cleanup would delete", mutate: func(c *KubeProxyConfiguration) { c.EBPF.PinPath = "//" }, want: []string{"ebpf.pinPath"}},
+		{name: "ebpf.pinPath cannot climb with ..", mutate: func(c *KubeProxyConfiguration) { c.EBPF.PinPath = "/sys/fs/bpf/../../../etc" }, want: []string{"ebpf.pinPath"}},
+		{name: "ebpf.interfaces auto must be alone", mutate: func(c *KubeProxyConfiguration) { c.EBPF.Interfaces = []string{"eth0", "auto"} }, want: []string{"ebpf.interfaces[1]"}},
+		{name: "ebpf.interfaces none is the flag's word, not the file's", mutate: func(c *KubeProxyConfiguration) { c.EBPF.Interfaces = []string{"none"} }, want: []string{"ebpf.interfaces[0]"}},
+		{name: "ebpf.interfaces must be interface names", mutate: func(c *KubeProxyConfiguration) {
+			c.EBPF.Interfaces = []string{"", "a-name-of-16-chr", "eth0,eth1", "eth 0", "..", "veth/1", "eth0:1", "ok"}
+		}, want: []string{"ebpf.interfaces[0]", "ebpf.interfaces[1]", "ebpf.interfaces[2]", "ebpf.interfaces[3]", "ebpf.interfaces[4]", "ebpf.interfaces[5]", "ebpf.interfaces[6]"}},
+		{name: "ebpf.interfaces must not repeat a name", mutate: func(c *KubeProxyConfiguration) { c.EBPF.Interfaces = []string{"eth0", "eth1", "eth0"} }, want: []string{"ebpf.interfaces[2]"}},
+		{name: "ebpf settings are checked in every mode (no kube-proxy file holds them)", mutate: func(c *KubeProxyConfiguration) {
+			c.Mode = ProxyModeNFTables
+			c.EBPF.PinPath = "relative"
+		}, want: []string{"ebpf.pinPath"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -36,6 +36,7 @@ func configzBody(c *config.KubeProxyConfiguration) ([]byte, error) {
 	minSync := c.MinSyncPeriod
 	c.MinSyncPeriod = time.Second
 	c.ConfigHardFail, c.IPFamilyPolicy, c.IPVS.MasqueradeBit = true, "", c.IPTables.MasqueradeBit
+	c.EBPF = config.Default().EBPF // kpng's own section
 	if len(c.NodeIPOverride) > 1 {
 		c.NodeIPOverride = c.NodeIPOverride[:1]
 	}

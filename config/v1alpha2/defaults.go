@@ -18,12 +18,20 @@ const (
 	DefaultBindAddressHardFail = true
 	// DefaultConfigHardFail makes configuration errors fatal unless asked otherwise.
 	DefaultConfigHardFail = true
+
+	// DefaultEBPFPinPath is ebpf.pinPath's default: the eBPF backend's
+	// --ebpf-pin-path default.
+	DefaultEBPFPinPath = "/sys/fs/bpf/kpng"
+	// EBPFInterfacesAuto, alone in ebpf.interfaces, means the interfaces
+	// holding the node's addresses; it is the default.
+	EBPFInterfacesAuto = "auto"
 )
 
 // SetDefaults fills every unset field of obj with its v1alpha2 default: the
 // v1alpha1 defaults of kube-proxy v1.36 for the fields KEP-784 moves unchanged,
 // plus the new defaults (iptables.localhostNodePorts false,
-// bindAddressHardFail true, configHardFail true, ipvs.masqueradeBit 14).
+// bindAddressHardFail true, configHardFail true, ipvs.masqueradeBit 14),
+// and kpng's ebpf section (interfaces [auto], pinPath /sys/fs/bpf/kpng).
 // Health and metrics listeners default to IPv6 when the first nodeIPOverride
 // entry is an IPv6 address, as v1alpha1 did from bindAddress.
 // SetDefaults is idempotent.
@@ -85,6 +93,16 @@ func SetDefaults(obj *KubeProxyConfiguration) {
 	}
 	if obj.NFTables.MasqueradeBit == nil {
 		obj.NFTables.MasqueradeBit = ptr(defaults.MasqueradeBit)
+	}
+
+	// kpng's own section; ebpf.cgroupPath's default is empty (the cgroup
+	// v2 root). An explicit empty interfaces list means none: only null
+	// takes the default.
+	if obj.EBPF.Interfaces == nil {
+		obj.EBPF.Interfaces = []string{EBPFInterfacesAuto}
+	}
+	if obj.EBPF.PinPath == "" {
+		obj.EBPF.PinPath = DefaultEBPFPinPath
 	}
 
 	if obj.ClientConnection.ContentType == "" {

@@ -38,9 +38,11 @@ func TestSetDefaults(t *testing.T) {
 		IPTables:            KubeProxyIPTablesConfiguration{MasqueradeBit: ptr[int32](14), LocalhostNodePorts: ptr(false)},
 		IPVS:                KubeProxyIPVSConfiguration{MasqueradeBit: ptr[int32](14)},
 		NFTables:            KubeProxyNFTablesConfiguration{MasqueradeBit: ptr[int32](14)},
-		SyncPeriod:          metav1.Duration{Duration: 30 * time.Second},
-		MinSyncPeriod:       &metav1.Duration{Duration: time.Second},
-		ConfigSyncPeriod:    metav1.Duration{Duration: 15 * time.Minute},
+		// kpng's own section.
+		EBPF:             KubeProxyEBPFConfiguration{Interfaces: []string{"auto"}, PinPath: "/sys/fs/bpf/kpng"},
+		SyncPeriod:       metav1.Duration{Duration: 30 * time.Second},
+		MinSyncPeriod:    &metav1.Duration{Duration: time.Second},
+		ConfigSyncPeriod: metav1.Duration{Duration: 15 * time.Minute},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("v1alpha2 defaults (-want +got):\n%s", diff)
@@ -80,9 +82,10 @@ func TestSetDefaultsKeepsExplicitZeroes(t *testing.T) {
 		BindAddressHardFail: ptr(false),
 		ConfigHardFail:      ptr(false),
 		IPVS:                KubeProxyIPVSConfiguration{MasqueradeBit: ptr[int32](0)},
+		EBPF:                KubeProxyEBPFConfiguration{Interfaces: []string{}},
 	}
 	SetDefaults(&c)
-	if c.MinSyncPeriod.Duration != 0 || *c.BindAddressHardFail || *c.ConfigHardFail || *c.IPVS.MasqueradeBit != 0 {
+	if c.MinSyncPeriod.Duration != 0 || *c.BindAddressHardFail || *c.ConfigHardFail || *c.IPVS.MasqueradeBit != 0 || c.EBPF.Interfaces == nil || len(c.EBPF.Interfaces) != 0 {
 		t.Errorf("explicit values were overwritten: %+v", c)
 	}
 }

@@ -88,6 +88,10 @@ type KubeProxyConfiguration struct {
 	// winkernel contains winkernel-specific options. KEP-784 leaves this
 	// section where v1alpha1 had it.
 	Winkernel KubeProxyWinkernelConfiguration `json:"winkernel"`
+	// ebpf contains the settings of kpng's own mode ebpf (its eBPF
+	// backend). kpng's addition: KEP-784 has no such section, and
+	// v1alpha1 cannot hold it.
+	EBPF KubeProxyEBPFConfiguration `json:"ebpf"`
 
 	// detectLocalMode determines how local (pod) traffic is detected.
 	DetectLocalMode LocalMode `json:"detectLocalMode"`
@@ -198,6 +202,25 @@ type KubeProxyWinkernelConfiguration struct {
 	ForwardHealthCheckVip bool `json:"forwardHealthCheckVip"`
 }
 
+// KubeProxyEBPFConfiguration contains the settings of kpng's eBPF backend
+// (mode ebpf), read in that mode only.
+type KubeProxyEBPFConfiguration struct {
+	// cgroupPath is the cgroup v2 whose sockets (its own and its
+	// descendants') are balanced, an absolute path. Empty means the root
+	// of the cgroup v2 hierarchy: every process of the node.
+	CgroupPath string `json:"cgroupPath"`
+	// interfaces are the network interfaces where packets from outside
+	// the node reach NodePorts, external and load-balancer IPs: interface
+	// names, or exactly [auto] for the interfaces holding the node's
+	// addresses when kpng starts. An empty list means none (socket
+	// programs only). Defaults to [auto] when unset (null).
+	Interfaces []string `json:"interfaces"`
+	// pinPath is the folder on a BPF filesystem where the maps and links
+	// are pinned, so that a restart resumes from them, an absolute path.
+	// Defaults to /sys/fs/bpf/kpng.
+	PinPath string `json:"pinPath"`
+}
+
 // DetectLocalConfiguration contains settings for detectLocalMode.
 type DetectLocalConfiguration struct {
 	// bridgeInterface is the bridge whose traffic is local (BridgeInterface mode).
@@ -211,7 +234,8 @@ type DetectLocalConfiguration struct {
 }
 
 // ProxyMode names a proxy backend: iptables, ipvs, nftables (Linux) or
-// kernelspace (Windows); empty picks the platform's default.
+// kernelspace (Windows), or kpng's own ebpf; empty picks the platform's
+// default.
 type ProxyMode string
 
 // LocalMode names a way to detect local traffic: ClusterCIDR, NodeCIDR,
