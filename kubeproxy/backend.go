@@ -95,6 +95,19 @@ func backendSettings(c *config.KubeProxyConfiguration) []backendSetting {
 		s = append(s,
 			backendSetting{flag: "masquerade-bit", aliases: []string{"iptables-masquerade-bit"}, field: "iptables.masqueradeBit", value: strconv.Itoa(int(c.IPTables.MasqueradeBit))},
 			backendSetting{flag: "localhost-nodeports", aliases: []string{"iptables-localhost-nodeports"}, field: "iptables.localhostNodePorts", value: strconv.FormatBool(c.IPTables.LocalhostNodePorts)})
+	case config.ProxyModeEBPF:
+		// The backend's own settings. An empty cgroupPath is the flag's
+		// default (the cgroup v2 root), so it is left unset; an empty
+		// interfaces list is the flag's "none", spelled out because the
+		// flag's default is "auto".
+		interfaces := strings.Join(c.EBPF.Interfaces, ",")
+		if interfaces == "" {
+			interfaces = "none"
+		}
+		s = append(s,
+			backendSetting{flag: "ebpf-cgroup-path", field: "ebpf.cgroupPath", value: c.EBPF.CgroupPath},
+			backendSetting{flag: "ebpf-interfaces", field: "ebpf.interfaces", value: interfaces},
+			backendSetting{flag: "ebpf-pin-path", field: "ebpf.pinPath", value: c.EBPF.PinPath})
 	}
 	return s
 }

@@ -2,6 +2,7 @@ package kubeproxy
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -54,6 +55,9 @@ func unsupportedFields(c *config.KubeProxyConfiguration) (*config.KubeProxyConfi
 	if gateWarning != "" {
 		warnings = append(warnings, gateWarning)
 	}
+	if w := ebpfOutsideItsMode(c); w != "" {
+		warnings = append(warnings, w)
+	}
 	if c.IPFamilyPolicy != "" {
 		problems = append(problems, fmt.Sprintf("ipFamilyPolicy=%q is not implemented by kpng (the node's IPs are those of its Node object, and nodeIPOverride)", c.IPFamilyPolicy))
 		c.IPFamilyPolicy = ""
@@ -65,4 +69,37 @@ func unsupportedFields(c *config.KubeProxyConfiguration) (*config.KubeProxyConfi
 		warnings = append(warnings, "ignored (configHardFail is false): "+p)
 	}
 	return c, warnings, nil
+}
+
+// ebpfOutsideItsMode returns a warning naming the ebpf fields set to other
+// than their default when the mode is not ebpf: only the eBPF backend reads
+// them. (kube-proxy's own sections of other modes stay silent, as in
+// kube-proxy; no kube-proxy file holds this one.)
+func ebpfOutsideItsMode(c *config.KubeProxyConfiguration) string {
+	if c.Mode == config.ProxyModeEBPF {
+		return ""
+	}
+	def := config.Default().EBPF
+	var set []string
+	if c.EBPF.CgroupPath != def.CgroupPath {
+		set = append(set, "ebpf.cgroupPath")
+	}
+	if !slices.Equal(c.EBPF.Interfaces, def.Interfaces) {
+		set = append(set, "ebpf.interfaces")
+	}
+	if c.EBPF.PinPath != def.PinPath {
+		set = append(set, "ebpf.pinPath")
+	}
+	if len(set) == 0 {
+		return ""
+	}
+	mode := c.Mode
+	if mode == "" {
+		mode = config.ProxyModeIPTables
+	}
+	verb := "have"
+	if len(set) == 1 {
+		verb = "has"
+	}
+	return fmt.Sprintf("%s %s no effect in mode %s: only mode ebpf reads them", strings.Join(set, ", "), verb, mode)
 }
