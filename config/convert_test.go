@@ -214,6 +214,9 @@ func TestToV1Alpha1Errors(t *testing.T) {
 		wantErr []string
 	}{
 		{name: "two nodeIPOverride IPs do not fit bindAddress", v2: "nodeIPOverride: [192.0.2.1, \"2001:db8::1\"]\n", wantErr: []string{"nodeIPOverride"}},
+		{name: "an empty nodeIPOverride entry would come back as none (found by FuzzLoad)", v2: "nodeIPOverride:\n-\n", wantErr: []string{"nodeIPOverride[0]"}},
+		{name: "an unspecified nodeIPOverride IP would come back as none", v2: "nodeIPOverride: [0.0.0.0]\n", wantErr: []string{"nodeIPOverride[0]"}},
+		{name: "a nodeIPOverride entry that is no IP would not load back", v2: "nodeIPOverride: [node-a]\n", wantErr: []string{"nodeIPOverride[0]"}},
 		{name: "an ipFamilyPolicy has no v1alpha1 field", v2: "ipFamilyPolicy: PreferDualStack\n", wantErr: []string{"ipFamilyPolicy"}},
 		{name: "configHardFail false has no v1alpha1 field", v2: "configHardFail: false\n", wantErr: []string{"configHardFail"}},
 		{name: "an ipvs.masqueradeBit unlike iptables.masqueradeBit has no v1alpha1 field", v2: "ipvs:\n  masqueradeBit: 3\n", wantErr: []string{"ipvs.masqueradeBit", "iptables.masqueradeBit"}},

@@ -229,7 +229,7 @@ func FromV1Alpha1(in *kpv1alpha1.KubeProxyConfiguration) (*KubeProxyConfiguratio
 // ToV1Alpha1 converts the hub configuration to kube-proxy's v1alpha1, for
 // users who must hand a file back to kube-proxy. It fails, naming the fields,
 // when the configuration uses what v1alpha1 cannot express: two
-// nodeIPOverride IPs, an ipFamilyPolicy, configHardFail false, an
+// nodeIPOverride IPs or one that is not a node IP, an ipFamilyPolicy, configHardFail false, an
 // ipvs.masqueradeBit different from iptables.masqueradeBit (v1alpha1's ipvs
 // mode reads the latter), a zero minSyncPeriod for iptables or nftables
 // (v1alpha1 turns 0s into 1s there), a cluster CIDR containing a comma, or
@@ -243,7 +243,14 @@ func ToV1Alpha1(in *KubeProxyConfiguration) (*kpv1alpha1.KubeProxyConfiguration,
 	switch len(in.NodeIPOverride) {
 	case 0:
 	case 1:
-		bindAddress = in.NodeIPOverride[0]
+		// Only a node IP comes back: v1alpha1 defaulting reads an empty
+		// bindAddress, like 0.0.0.0 and ::, as "detect", and FromV1Alpha1
+		// refuses one that is no IP.
+		if ip := netutils.ParseIPSloppy(in.NodeIPOverride[0]); ip == nil || ip.IsUnspecified() {
+			errs = append(errs, field.Invalid(field.NewPath("nodeIPOverride").Index(0), in.NodeIPOverride[0], cannot+": bindAddress holds a node IP, and reads an empty or unspecified one as none"))
+		} else {
+			bindAddress = in.NodeIPOverride[0]
+		}
 	default:
 		errs = append(errs, field.Invalid(field.NewPath("nodeIPOverride"), in.NodeIPOverride, cannot+": bindAddress holds a single IP"))
 	}
