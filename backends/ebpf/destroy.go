@@ -113,6 +113,10 @@ func (d *Destroyer) DestroySockets(ctx context.Context, flows []StaleFlow) (int,
 	if len(flows) == 0 {
 		return 0, nil
 	}
+	// Only these flows: what an earlier run could not delete goes first.
+	if err := clearStale(d.stale); err != nil {
+		return 0, fmt.Errorf("emptying the stale flows: %w", err)
+	}
 	keys := make([]destroyStaleKey, len(flows))
 	vals := make([]uint8, len(flows))
 	for i, f := range flows {
@@ -121,7 +125,14 @@ func (d *Destroyer) DestroySockets(ctx context.Context, flows []StaleFlow) (int,
 	if _, err := d.stale.BatchUpdate(keys, vals, nil); err != nil {
 		return 0, fmt.Errorf("writing the stale flows: %w", err)
 	}
-	defer batchDelete(d.stale, keys)
+	n, err := d.destroy(ctx)
+	if derr := batchDelete(d.stale, keys); derr != nil {
+		err = errors.Join(err, fmt.Errorf("deleting the stale flows: %w", derr))
+	}
+	return n, err
+}
+
+func (d *Destroyer) destroy(ctx context.Context) (int, error) {
 	namespaces, err := cgroupNetns(d.cgroup)
 	if err != nil {
 		return 0, err
@@ -139,6 +150,24 @@ func (d *Destroyer) DestroySockets(ctx context.Context, flows []StaleFlow) (int,
 		}
 	}
 	return n, errors.Join(errs...)
+}
+
+// clearStale deletes every entry of the stale flows' map (none, unless a
+// deletion failed before).
+func clearStale(m *ebpf.Map) error {
+	var k destroyStaleKey
+	for {
+		err := m.NextKey(nil, &k)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
 }
 
 // destroyIn runs the iterators in the network namespace at path (a

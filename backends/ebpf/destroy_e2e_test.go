@@ -493,3 +493,29 @@ func TestDestroyCost(t *testing.T) {
 	}
 	t.Logf("one namespace of 2,100 UDP sockets visited, nothing to destroy: %v (mean of %d)", (time.Since(start) / rounds).Round(time.Microsecond), rounds)
 }
+
+// TestDestroyStaleUDPSocketsIPv6: the same on an IPv6 Service (the
+// program reads an AF_INET6 socket's destination).
+func TestDestroyStaleUDPSocketsIPv6(t *testing.T) {
+	s := newDestroyLab(t)
+	c := s.client
+	v6 := func(eps ...*localv1.Endpoint) *localv1.ServiceEndpoints {
+		se := dnsService(eps...)
+		se.Service.Family, se.Service.ClusterIp, se.Service.ExternalIps = localv1.IPFamily_IPV6, clusterIPv6, nil
+		return se
+	}
+	vip := "[" + clusterIPv6 + "]:53"
+	s.set(v6(ready(ep1v6)))
+	count := s.count(false)
+	c.want(t, "open", "u udp "+vip, "ok peer="+vip)
+	c.want(t, "ask", "u", "ok ["+ep1v6+"]:5353")
+	c.want(t, "open", "direct udp ["+ep1v6+"]:5353", "ok peer=["+ep1v6+"]:5353")
+	c.want(t, "block", "u", "ok blocking")
+	s.set(v6(ready(ep2v6)))
+	c.want(t, "result", "u", "err read ECONNABORTED")
+	c.want(t, "reopen", "u", "ok ["+ep2v6+"]:5353")
+	c.want(t, "ask", "direct", "ok ["+ep1v6+"]:5353")
+	if count.destroyed != 1 {
+		t.Errorf("%d sockets destroyed, want 1", count.destroyed)
+	}
+}
