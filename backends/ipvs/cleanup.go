@@ -13,9 +13,9 @@ import (
 // cleanupIPVS removes every virtual server outside --ipvs-exclude-cidrs,
 // as kube-proxy's ipvs cleanup flushes IPVS, and kube-ipvs0.
 func cleanupIPVS(cfg *Config, c ipvs.Client, k kernel) error {
-	list, err := c.Services()
+	list, err := listServices(c)
 	if err != nil {
-		return fmt.Errorf("list virtual servers: %w", err)
+		return err
 	}
 	var errs []error
 	for _, s := range list {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"net/netip"
+	"os"
 	"slices"
 	"sync"
 
@@ -70,6 +71,9 @@ func (f *Fake) Services() ([]ipvs.ServiceExtended, error) {
 	var out []ipvs.ServiceExtended
 	for _, k := range slices.SortedFunc(mapKeys(f.services), vsKey.compare) {
 		out = append(out, ipvs.ServiceExtended{Service: f.services[k].svc})
+	}
+	if len(out) == 0 {
+		return nil, os.ErrNotExist // as the library reports an empty dump
 	}
 	return out, nil
 }
@@ -142,6 +146,9 @@ func (f *Fake) Destinations(s ipvs.Service) ([]ipvs.DestinationExtended, error) 
 	slices.SortFunc(out, func(a, b ipvs.DestinationExtended) int {
 		return cmp.Or(a.Address.Compare(b.Address), cmp.Compare(a.Port, b.Port))
 	})
+	if len(out) == 0 {
+		return nil, os.ErrNotExist // as the library reports an empty dump
+	}
 	return out, nil
 }
 

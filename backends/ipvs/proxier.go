@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"slices"
 	"time"
 
@@ -389,10 +390,10 @@ func (p *proxier) drain() error {
 			continue
 		}
 		svc := p.service(k, virtualServer{})
-		list, err := p.ipvs.Destinations(svc)
+		list, err := listDests(p.ipvs, svc)
 		p.ops.ListDests++
 		if err != nil {
-			if errors.Is(err, unix.ESRCH) || errors.Is(err, unix.ENOENT) {
+			if errors.Is(err, unix.ESRCH) {
 				delete(p.terminating, k)
 				continue
 			}
@@ -481,9 +482,9 @@ func (p *proxier) excluded(a netip.Addr) bool {
 
 // kernelServices lists IPVS's virtual servers of this family, by key.
 func (p *proxier) kernelServices() (map[vsKey]ipvs.ServiceExtended, error) {
-	list, err := p.ipvs.Services()
+	list, err := listServices(p.ipvs)
 	if err != nil {
-		return nil, fmt.Errorf("list virtual servers: %w", err)
+		return nil, err
 	}
 	m := map[vsKey]ipvs.ServiceExtended{}
 	for _, s := range list {
@@ -656,7 +657,7 @@ func (p *proxier) syncFull(ctx context.Context, st *backend.State) error {
 // those of v, reading them back.
 func (p *proxier) reconcileDests(k vsKey, v virtualServer) error {
 	svc := p.service(k, v)
-	list, err := p.ipvs.Destinations(svc)
+	list, err := listDests(p.ipvs, svc)
 	p.ops.ListDests++
 	if err != nil {
 		return fmt.Errorf("virtual server %s: list real servers: %w", k, err)
@@ -731,4 +732,28 @@ func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 			}
 		}
 	}
+}
+
+// listServices lists IPVS's virtual servers. The library reports an empty
+// dump as os.ErrNotExist: that is no virtual server.
+func listServices(c ipvs.Client) ([]ipvs.ServiceExtended, error) {
+	list, err := c.Services()
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list virtual servers: %w", err)
+	}
+	return list, nil
+}
+
+// listDests lists a virtual server's real servers (an empty dump, which
+// the library reports as os.ErrNotExist, is none; a missing virtual server
+// is ESRCH).
+func listDests(c ipvs.Client, svc ipvs.Service) ([]ipvs.DestinationExtended, error) {
+	list, err := c.Destinations(svc)
+	if errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ESRCH) {
+		return nil, nil
+	}
+	return list, err
 }
