@@ -636,10 +636,11 @@ func modeOf(b netlab.Backend) string {
 	if mode, ok := strings.CutPrefix(b.Name(), "kube-proxy-"); ok {
 		return mode
 	}
-	if b.Name() == "nft" {
+	name := strings.TrimPrefix(b.Name(), "kube-") // kpng's backend fed by its kube source
+	if name == "nft" {
 		return "nftables"
 	}
-	return b.Name()
+	return name
 }
 
 // restartTimeout bounds each attempt made during a restart.
