@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -247,8 +248,16 @@ type probeRun struct {
 	firstAt map[string]time.Time
 	// stall is the longest the test process went without running its
 	// stall watch (see watchStalls), and stallAt when that stall ended.
-	stall    time.Duration
-	stallAt  time.Time
+	stall   time.Duration
+	stallAt time.Time
+	// stalls are the recent stalls of stallExcuse or more (see
+	// stalledDuring); ticked is closed, and replaced, at each run of the
+	// stall watch.
+	stalls []stallSpan
+	ticked chan struct{}
+	// resent counts the probes sent again because the one before timed
+	// out while the test process stood still (see resendAfterStall).
+	resent   map[string]int
 	done     chan struct{}
 	wg       sync.WaitGroup
 	probeSet []probe
@@ -261,7 +270,8 @@ func (c *cluster) startProbes(t *testing.T) *probeRun {
 	for _, p := range ps {
 		netlab.Eventually(t, 10*time.Second, p.dial, netlab.Answered())
 	}
-	r := &probeRun{failed: map[string]int{}, first: map[string]netlab.Result{}, firstAt: map[string]time.Time{}, done: make(chan struct{}), probeSet: ps}
+	r := &probeRun{failed: map[string]int{}, first: map[string]netlab.Result{}, firstAt: map[string]time.Time{},
+		resent: map[string]int{}, ticked: make(chan struct{}), done: make(chan struct{}), probeSet: ps}
 	for _, p := range ps {
 		r.wg.Add(1)
 		go func() {
@@ -276,6 +286,13 @@ func (c *cluster) startProbes(t *testing.T) *probeRun {
 				}
 				sent := time.Now()
 				res := p.dial()
+				for try := 0; try < maxResends && r.resendAfterStall(sent, res); try++ {
+					r.mu.Lock()
+					r.resent[p.name]++
+					r.mu.Unlock()
+					sent = time.Now()
+					res = p.dial()
+				}
 				r.mu.Lock()
 				r.sent++
 				if res.Outcome != netlab.OK {
@@ -297,6 +314,68 @@ func (c *cluster) startProbes(t *testing.T) *probeRun {
 // stallTick is the period of the stall watch.
 const stallTick = 10 * time.Millisecond
 
+// stallExcuse is the stall of the test process that excuses a timed-out
+// probe: a tenth of its timeout, which the probe did not get to use (its
+// answer may have been waiting in a socket, or the test's own endpoint
+// server may not have run). maxResends bounds how often one probe is sent
+// again for it.
+const (
+	stallExcuse = answerTimeout / 10
+	maxResends  = 3
+)
+
+// stallSpan is one stall of the test process, from when the stall watch
+// last ran to when it ran again.
+type stallSpan struct{ from, to time.Time }
+
+// resendAfterStall reports whether a probe sent at sent, with result res,
+// is to be sent again rather than counted: it timed out (a refusal or a
+// wrong answer always counts) and, within its time, the test process
+// stood still for stallExcuse or more, so the timeout measured the
+// machine's load, not the dataplane. It first waits for the stall watch
+// to run once more, so that a stall that just ended is on record. A
+// dataplane that drops the probe drops it again: the probe sent anew
+// counts then. Resent probes are reported beside the table's counts.
+func (r *probeRun) resendAfterStall(sent time.Time, res netlab.Result) bool {
+	return r.resendAfterStallUntil(sent, time.Now(), res)
+}
+
+// resendAfterStallUntil is resendAfterStall for a probe that ended at end.
+func (r *probeRun) resendAfterStallUntil(sent, end time.Time, res netlab.Result) bool {
+	if res.Outcome != netlab.TimedOut {
+		return false
+	}
+	r.mu.Lock()
+	ticked := r.ticked
+	r.mu.Unlock()
+	select {
+	case <-ticked:
+	case <-r.done:
+		return false
+	}
+	return r.stalledDuring(sent, end) >= stallExcuse
+}
+
+// stalledDuring sums the recorded stalls within [from, to].
+func (r *probeRun) stalledDuring(from, to time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var d time.Duration
+	for _, s := range r.stalls {
+		lo, hi := s.from, s.to
+		if from.After(lo) {
+			lo = from
+		}
+		if to.Before(hi) {
+			hi = to
+		}
+		if hi.After(lo) {
+			d += hi.Sub(lo)
+		}
+	}
+	return d
+}
+
 // watchStalls records the longest time the test process (on a machine
 // shared with other work) did not get to run a goroutine that wakes every
 // stallTick: a probe whose timeout fired seconds late, during such a
@@ -313,13 +392,20 @@ func (r *probeRun) watchStalls() {
 			return
 		case now := <-tick.C:
 			now = time.Now() // the tick's own time is when it was due
+			r.mu.Lock()
 			if d := now.Sub(last) - stallTick; d > 0 {
-				r.mu.Lock()
 				if d > r.stall {
 					r.stall, r.stallAt = d, now
 				}
-				r.mu.Unlock()
+				if d >= stallExcuse {
+					// Only the last minute's matter: a probe lasts seconds.
+					r.stalls = slices.DeleteFunc(r.stalls, func(s stallSpan) bool { return now.Sub(s.to) > time.Minute })
+					r.stalls = append(r.stalls, stallSpan{from: last, to: now})
+				}
 			}
+			close(r.ticked)
+			r.ticked = make(chan struct{})
+			r.mu.Unlock()
 			last = now
 		}
 	}
@@ -351,6 +437,16 @@ func (r *probeRun) counts() (sent, failed int, failures string) {
 	if failed > 0 && r.stall >= answerTimeout/2 {
 		parts = append(parts, fmt.Sprintf("the test process stood still for %v, until %s",
 			r.stall.Round(time.Millisecond), r.stallAt.Format("15:04:05.000")))
+	}
+	var resent []string
+	for _, p := range r.probeSet {
+		if n := r.resent[p.name]; n > 0 {
+			resent = append(resent, fmt.Sprintf("%s %d", p.name, n))
+		}
+	}
+	if len(resent) > 0 {
+		parts = append(parts, fmt.Sprintf("sent again after timing out while the test process stood still %v or more: %s (longest stall %v)",
+			stallExcuse, strings.Join(resent, ", "), r.stall.Round(time.Millisecond)))
 	}
 	return r.sent, failed, strings.Join(parts, "; ")
 }

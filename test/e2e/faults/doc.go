@@ -30,6 +30,12 @@
 //	KPNG_FAULTS_MARKDOWN  write the table there, as docs/reliability.md
 //	KPNG_FAULTS_DEBUG=1   log node-1's proxy output of each fault
 //
+// A probe that times out while the test process itself stood still (its
+// stall watch saw it not run for a tenth of the probe's timeout or more:
+// the machine was overloaded) is sent again, up to three times, and the
+// new probe counts; refusals and wrong answers always count, and the
+// probes sent again are logged beside each fault's counts.
+//
 // A variant's pass conditions are asserted for kpng; kube-proxy's rows are
 // measured and reported, as the reference.
 package faults

@@ -98,6 +98,9 @@ func (s *suite) faultCounted(t *testing.T, name string, counted bool, f func(t *
 				}
 			}
 			t.Logf("%s: %d probes, %d failed; %s", name, r.sent, r.failed, r.measured)
+			if failed == 0 && failures != "" {
+				t.Logf("%s: %s", name, failures) // probes sent again after a stall
+			}
 			s.tbl.add(*r)
 		}()
 		f(t, r)
