@@ -71,11 +71,14 @@ func (t *staleTracker) update(k backend.ServiceKey, se *localv1.ServiceEndpoints
 		return
 	}
 	old, known := t.serving[k]
-	record := map[string]map[netip.AddrPort]bool{}
+	var record map[string]map[netip.AddrPort]bool // allocated for a tracked port only
 	for _, port := range se.Service.Ports {
 		proto, ok := protoNumber(port.Protocol)
 		if !ok || !(proto == protoUDP || (t.tcp && proto == protoTCP)) {
 			continue
+		}
+		if record == nil {
+			record = map[string]map[netip.AddrPort]bool{}
 		}
 		base := portBase(k, port.Name, proto)
 		serving := map[netip.AddrPort]bool{}
