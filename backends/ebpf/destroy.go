@@ -57,10 +57,10 @@ func NewDestroyer(o *Objects, cgroup string, tcp bool) (*Destroyer, error) {
 	var tcpObjs struct {
 		TCP *ebpf.Program `ebpf:"kpng_destroy_tcp"`
 	}
+	// LoadAndAssign loads only what it assigns: the TCP program is loaded
+	// (and verified) only when asked, on the UDP one's map of stale flows.
 	err = spec.LoadAndAssign(&objs, opts)
 	if err == nil && tcp {
-		// Loaded apart, so that the map of stale flows is one (the
-		// same replacement): kpng_stale is given to it as well.
 		opts.MapReplacements[destroyMapKpngStale] = objs.Stale
 		if err = spec.LoadAndAssign(&tcpObjs, opts); err != nil {
 			objs.UDP.Close()
