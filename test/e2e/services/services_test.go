@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -581,8 +582,16 @@ func TestServices(t *testing.T) {
 			if want := c.rulesBefore[n1]; !slices.Equal(got, want) {
 				t.Errorf("after cleanup, node-1 has firewall rules:\n%s\nbefore the proxy started it had:\n%s", join(got), join(want))
 			}
+			if p := n1.PinPath(); p != "" {
+				if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("after cleanup, node-1's pin folder %s: %v; want it removed", p, err)
+				}
+			}
 			for _, fam := range families {
 				expectOnly(t, 2, dialer(&podA.Host, netlab.TCP, netlab.ClusterIP(svcs["web"], fam, 80), dropTimeout), netlab.TimedOut, "")
+				// Nothing translates node-1's node port any more: its stack
+				// refuses it as any closed port.
+				expectOnly(t, 2, dialer(ext, netlab.TCP, netip.AddrPortFrom(n1.Addr(fam), npCluster), answerTimeout), netlab.Refused, "")
 			}
 		})
 	})
