@@ -3,7 +3,9 @@
 // platform sections (linux, windows), backend-agnostic sync periods at the
 // root, detectLocal.clusterCIDRs as a list, and the new fields
 // ipvs.masqueradeBit, windows.runAsService, configHardFail, nodeIPOverride and
-// ipFamilyPolicy. portRange and bindAddress are gone.
+// ipFamilyPolicy. portRange and bindAddress are gone. kpng adds one section
+// of its own, ebpf, the settings of its own mode ebpf (which kube-proxy's
+// v1alpha1 cannot hold).
 //
 // The package holds only the wire types and their defaults; conversion to and
 // from kube-proxy's v1alpha1 goes through the hub type in package config.
