@@ -500,6 +500,25 @@ func TestDestroyCost(t *testing.T) {
 		}
 	}
 	t.Logf("one namespace of 2,100 UDP sockets visited, nothing to destroy: %v (mean of %d)", (time.Since(start) / rounds).Round(time.Microsecond), rounds)
+
+	// A namespace without sockets: the iterators still walk the
+	// kernel's socket hash tables, which namespaces share unless
+	// net.ipv4.udp_child_hash_entries (tcp_child_ehash_entries) is set.
+	empty := netnstest.New(t, "ebpfe")
+	tcp, err := NewDestroyer(s.plugin.objs, s.cgroup, true)
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	defer tcp.Close()
+	for _, d := range []*Destroyer{s.plugin.destroyer, tcp} {
+		start = time.Now()
+		for range rounds {
+			if _, err := d.destroyIn(empty.Path()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Logf("an empty namespace visited with %d iterators (UDP, TCP): %v (mean of %d)", len(d.iters), (time.Since(start) / rounds).Round(time.Microsecond), rounds)
+	}
 }
 
 // TestDestroyStaleUDPSocketsIPv6: the same on an IPv6 Service (the
