@@ -262,8 +262,19 @@ func unpinLink(pin string) error {
 
 // Remove detaches the programs pinned under pinDir (the cgroup and the tc
 // ones) and deletes every pin there (links and maps), then the folder.
-// Nothing there is not an error.
+// Nothing there is not an error. A folder that is not on a BPF filesystem
+// is refused, never deleted: --cleanup runs as root with a configured path.
 func Remove(pinDir string) error {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(pinDir, &fs); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("pin path %s: %w", pinDir, err)
+	}
+	if fs.Type != unix.BPF_FS_MAGIC {
+		return fmt.Errorf("pin path %s is not on a BPF filesystem: refusing to delete it", pinDir)
+	}
 	var errs []error
 	pins, err := filepath.Glob(filepath.Join(pinDir, "link_*"))
 	if err != nil {

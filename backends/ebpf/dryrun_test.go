@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -78,5 +80,24 @@ func TestFlags(t *testing.T) {
 		if c := p.config(); c.Validate() == nil {
 			t.Error("--nodeport-addresses=nonsense was accepted")
 		}
+	}
+}
+
+// --cleanup deletes the pin folder only on a BPF filesystem: a pin path
+// configured to an ordinary folder is refused and left whole.
+func TestRemoveRefusesAFolderNotOnBPFFS(t *testing.T) {
+	dir := t.TempDir()
+	keep := filepath.Join(dir, "precious")
+	if err := os.WriteFile(keep, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Remove(dir); err == nil || !strings.Contains(err.Error(), "not on a BPF filesystem") {
+		t.Errorf("Remove(%s) = %v, want a refusal", dir, err)
+	}
+	if _, err := os.Stat(keep); err != nil {
+		t.Errorf("Remove deleted what it refused: %v", err)
+	}
+	if err := Remove(filepath.Join(dir, "absent")); err != nil {
+		t.Errorf("Remove of a folder that does not exist: %v", err)
 	}
 }
