@@ -95,6 +95,18 @@ func backendSettings(c *config.KubeProxyConfiguration) []backendSetting {
 		s = append(s,
 			backendSetting{flag: "masquerade-bit", aliases: []string{"iptables-masquerade-bit"}, field: "iptables.masqueradeBit", value: strconv.Itoa(int(c.IPTables.MasqueradeBit))},
 			backendSetting{flag: "localhost-nodeports", aliases: []string{"iptables-localhost-nodeports"}, field: "iptables.localhostNodePorts", value: strconv.FormatBool(c.IPTables.LocalhostNodePorts)})
+	case config.ProxyModeIPVS:
+		// kube-proxy's ipvs mode: its masquerade bit is iptables' (the
+		// conversion put it in ipvs.masqueradeBit); an empty scheduler is
+		// the backend's default, rr.
+		s = append(s,
+			backendSetting{flag: "masquerade-bit", aliases: []string{"iptables-masquerade-bit"}, field: "ipvs.masqueradeBit", value: strconv.Itoa(int(c.IPVS.MasqueradeBit))},
+			backendSetting{flag: "ipvs-scheduler", field: "ipvs.scheduler", value: c.IPVS.Scheduler},
+			backendSetting{flag: "ipvs-exclude-cidrs", field: "ipvs.excludeCIDRs", value: strings.Join(c.IPVS.ExcludeCIDRs, ",")},
+			backendSetting{flag: "ipvs-strict-arp", field: "ipvs.strictARP", value: strconv.FormatBool(c.IPVS.StrictARP)},
+			backendSetting{flag: "ipvs-tcp-timeout", field: "ipvs.tcpTimeout", value: c.IPVS.TCPTimeout.String()},
+			backendSetting{flag: "ipvs-tcpfin-timeout", field: "ipvs.tcpFinTimeout", value: c.IPVS.TCPFinTimeout.String()},
+			backendSetting{flag: "ipvs-udp-timeout", field: "ipvs.udpTimeout", value: c.IPVS.UDPTimeout.String()})
 	case config.ProxyModeEBPF:
 		// The backend's own settings. An empty cgroupPath is the flag's
 		// default (the cgroup v2 root), so it is left unset; an empty

@@ -13,6 +13,7 @@ import (
 var modeBackends = map[config.ProxyMode]string{
 	config.ProxyModeNFTables: "nft",
 	config.ProxyModeIPTables: "iptables",
+	config.ProxyModeIPVS:     "ipvs",
 	config.ProxyModeEBPF:     "ebpf", // kpng's own mode
 }
 
@@ -32,8 +33,8 @@ const proxyLong = `Run as kube-proxy does, driven by a KubeProxyConfiguration fi
 (kubeproxy.config.k8s.io/v1alpha1, kube-proxy's, or v1alpha2, KEP-784's) and
 kube-proxy's flags: the API server is the source, this node's view is computed
 in process, and the backend is the one of the configuration's mode
-(nftables: nft, iptables or empty: iptables; kpng's own mode ebpf: its eBPF
-backend, see docs/ebpf.md).
+(nftables: nft, iptables or empty: iptables, ipvs: ipvs, see docs/ipvs.md;
+kpng's own mode ebpf: its eBPF backend, see docs/ebpf.md).
 
 Flags given on the command line override the file. --write-config-to writes the
 resolved configuration as v1alpha2 and exits, which migrates a v1alpha1 file:

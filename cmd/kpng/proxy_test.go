@@ -79,11 +79,13 @@ func TestBothProxyFormsResolveTheSameConfiguration(t *testing.T) {
 	}
 }
 
-// TestKpngRunsEachModeWithItsBackend: kpng's proxy runs nftables with the
-// nft backend and iptables with the iptables one, both compiled in.
+// TestKpngRunsEachModeWithItsBackend: kpng's proxy runs each of
+// kube-proxy's Linux modes, and its own ebpf, with its backend, all
+// compiled in.
 func TestKpngRunsEachModeWithItsBackend(t *testing.T) {
 	p := kpngProxy()
-	for mode, name := range map[config.ProxyMode]string{config.ProxyModeNFTables: "nft", config.ProxyModeIPTables: "iptables"} {
+	for mode, name := range map[config.ProxyMode]string{config.ProxyModeNFTables: "nft", config.ProxyModeIPTables: "iptables",
+		config.ProxyModeIPVS: "ipvs", config.ProxyModeEBPF: "ebpf"} {
 		if got := p.Backends[mode].Name; got != name {
 			t.Errorf("mode %s: backend %q, want %q", mode, got, name)
 		}
