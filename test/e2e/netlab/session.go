@@ -135,8 +135,9 @@ func (r HTTPResult) String() string {
 	return fmt.Sprintf("%s: %v", r.Outcome, r.Err)
 }
 
-// HTTPGet sends GET url from inside h's namespace (e.g. to a service's
-// health-check node port) and reads the response, within timeout.
+// HTTPGet sends GET url from h (e.g. to a service's health-check node
+// port), on a socket as Dial's, and reads the response, within timeout.
+// The url's host is an address: labs have no names.
 func (h *Host) HTTPGet(url string, timeout time.Duration) HTTPResult {
 	tr := &http.Transport{
 		DisableKeepAlives: true,
