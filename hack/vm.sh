@@ -221,8 +221,14 @@ fi
 if [[ -n ${VM_TIMEOUT:-} ]]; then
 	qemu=(timeout "${VM_TIMEOUT}" "${qemu[@]}")
 fi
+# qemu runs in the background so that a signal to this script (a test
+# binary's timeout, Ctrl-C) ends the VM too, rather than orphaning it.
+"${qemu[@]}" </dev/null &
+qpid=$!
+trap 'kill "${qpid}" 2>/dev/null; wait "${qpid}"; exit 143' TERM INT HUP
 status=0
-"${qemu[@]}" </dev/null || status=$?
+wait "${qpid}" || status=$?
+trap - TERM INT HUP
 if [[ ! -s ${ctl}/rc ]]; then
 	tail -n 40 "${ctl}/console.log" >&2 || true
 	die "the VM ended without the command's exit status (qemu: ${status})"
