@@ -30,7 +30,7 @@ func cleanupIPVS(cfg *Config, c ipvs.Client, k kernel) error {
 			errs = append(errs, fmt.Errorf("remove virtual server %s: %w", s.Address, err))
 		}
 	}
-	if _, ok := k.(hostKernel); ok {
+	if _, ok := k.(*hostKernel); ok {
 		if l, err := netlink.LinkByName(DummyInterface); err == nil {
 			if err := netlink.LinkDel(l); err != nil {
 				errs = append(errs, fmt.Errorf("delete %s: %w", DummyInterface, err))

@@ -46,7 +46,12 @@ type kernel interface {
 
 // hostKernel is kernel on the namespace of the process (or of the thread
 // that calls it, for tests that run it in a network namespace).
-type hostKernel struct{}
+type hostKernel struct {
+	// link is kube-ipvs0 as ensureDummy last found it: adding or removing
+	// an address costs one request, not two. A link deleted behind kpng's
+	// back fails the next write; the full sync that follows looks again.
+	link netlink.Link
+}
 
 func family(ipv6 bool) int {
 	if ipv6 {
@@ -55,7 +60,10 @@ func family(ipv6 bool) int {
 	return netlink.FAMILY_V4
 }
 
-func (hostKernel) dummy() (netlink.Link, error) {
+func (k *hostKernel) dummy() (netlink.Link, error) {
+	if k.link != nil {
+		return k.link, nil
+	}
 	l, err := netlink.LinkByName(DummyInterface)
 	if errors.As(err, new(netlink.LinkNotFoundError)) {
 		return nil, nil
@@ -63,20 +71,26 @@ func (hostKernel) dummy() (netlink.Link, error) {
 	return l, err
 }
 
-func (k hostKernel) ensureDummy() error {
+func (k *hostKernel) ensureDummy() error {
+	k.link = nil
 	l, err := k.dummy()
-	if err != nil || l != nil {
+	if err != nil {
 		return err
+	}
+	if l != nil {
+		k.link = l
+		return nil
 	}
 	// Left down, as kube-proxy leaves it: its addresses are still local
 	// (so IPVS serves them), but the node announces none of them.
 	if err := netlink.LinkAdd(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: DummyInterface}}); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("create %s: %w", DummyInterface, err)
 	}
-	return nil
+	k.link, err = k.dummy()
+	return err
 }
 
-func (k hostKernel) dummyAddrs(ipv6 bool) ([]netip.Addr, error) {
+func (k *hostKernel) dummyAddrs(ipv6 bool) ([]netip.Addr, error) {
 	l, err := k.dummy()
 	if err != nil || l == nil {
 		return nil, err
@@ -103,7 +117,7 @@ func hostPrefix(a netip.Addr) *netlink.Addr {
 	return n
 }
 
-func (k hostKernel) addAddr(a netip.Addr) error {
+func (k *hostKernel) addAddr(a netip.Addr) error {
 	l, err := k.dummy()
 	if err != nil {
 		return err
@@ -117,7 +131,7 @@ func (k hostKernel) addAddr(a netip.Addr) error {
 	return nil
 }
 
-func (k hostKernel) delAddr(a netip.Addr) error {
+func (k *hostKernel) delAddr(a netip.Addr) error {
 	l, err := k.dummy()
 	if err != nil || l == nil {
 		return err
@@ -128,7 +142,7 @@ func (k hostKernel) delAddr(a netip.Addr) error {
 	return nil
 }
 
-func (k hostKernel) nodeAddrs(ipv6 bool) ([]netip.Addr, error) {
+func (k *hostKernel) nodeAddrs(ipv6 bool) ([]netip.Addr, error) {
 	l, err := k.dummy()
 	if err != nil {
 		return nil, err
@@ -168,14 +182,14 @@ func run(ctx context.Context, stdin []byte, argv ...string) error {
 	return nil
 }
 
-func (hostKernel) ipsetRestore(ctx context.Context, script []byte) error {
+func (*hostKernel) ipsetRestore(ctx context.Context, script []byte) error {
 	if len(script) == 0 {
 		return nil
 	}
 	return run(ctx, script, "ipset", "restore")
 }
 
-func (hostKernel) ipsets(ctx context.Context) (map[string]bool, error) {
+func (*hostKernel) ipsets(ctx context.Context) (map[string]bool, error) {
 	out, err := exec.CommandContext(ctx, "ipset", "list", "-n").Output()
 	if err != nil {
 		return nil, fmt.Errorf("ipset list -n: %w", err)
@@ -194,7 +208,7 @@ func iptablesCmd(ipv6 bool) string {
 	return "iptables"
 }
 
-func (hostKernel) iptablesRestore(ctx context.Context, ipv6 bool, script []byte) error {
+func (*hostKernel) iptablesRestore(ctx context.Context, ipv6 bool, script []byte) error {
 	return run(ctx, script, iptablesCmd(ipv6)+"-restore", "-w", "5", "--noflush")
 }
 
@@ -202,14 +216,14 @@ func jumpArgv(ipv6 bool, op string, j jump) []string {
 	return append([]string{iptablesCmd(ipv6), "-w", "5", "-t", j.table, op, j.chain}, j.args...)
 }
 
-func (hostKernel) ensureJump(ctx context.Context, ipv6 bool, j jump) error {
+func (*hostKernel) ensureJump(ctx context.Context, ipv6 bool, j jump) error {
 	if run(ctx, nil, jumpArgv(ipv6, "-C", j)...) == nil {
 		return nil
 	}
 	return run(ctx, nil, jumpArgv(ipv6, "-I", j)...)
 }
 
-func (hostKernel) deleteJump(ctx context.Context, ipv6 bool, j jump) error {
+func (*hostKernel) deleteJump(ctx context.Context, ipv6 bool, j jump) error {
 	for run(ctx, nil, jumpArgv(ipv6, "-C", j)...) == nil {
 		if err := run(ctx, nil, jumpArgv(ipv6, "-D", j)...); err != nil {
 			return err

@@ -73,7 +73,7 @@ func startNode1(t *testing.T, configure func(*Config)) *node1 {
 			cl.Close()
 		}
 	})
-	n.b = New(&cfg, n.c, hostKernel{})
+	n.b = New(&cfg, n.c, &hostKernel{})
 	return n
 }
 
@@ -353,7 +353,7 @@ func TestRestartKeepsTrafficAndRemovesStale(t *testing.T) {
 
 	// A new process (a restart, or kpng replacing kube-proxy's ipvs mode):
 	// a new Backend whose first sync is a Reset without "gone".
-	n.b = New(n.b.cfg, n.c, hostKernel{})
+	n.b = New(n.b.cfg, n.c, &hostKernel{})
 	n.prev = map[backend.ServiceKey]bool{}
 	n.sync(web)
 	if r := n.node.TCP(ap("10.96.0.10:80")); r.Outcome != netlab.OK || r.Pod != "pod-a" {
@@ -371,10 +371,10 @@ func TestRestartKeepsTrafficAndRemovesStale(t *testing.T) {
 	}
 	// Cleanup leaves nothing.
 	err = n.node.Do(func() error {
-		if err := cleanupIPVS(n.b.cfg, n.c, hostKernel{}); err != nil {
+		if err := cleanupIPVS(n.b.cfg, n.c, &hostKernel{}); err != nil {
 			return err
 		}
-		return cleanupRules(context.Background(), hostKernel{})
+		return cleanupRules(context.Background(), &hostKernel{})
 	})
 	if err != nil {
 		t.Fatal(err)

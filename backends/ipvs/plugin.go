@@ -141,7 +141,7 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, ba
 	if err := setupKernel(ctx, &cfg, c); err != nil {
 		return nil, backend.Options{}, err
 	}
-	b := New(&cfg, c, hostKernel{})
+	b := New(&cfg, c, &hostKernel{})
 	var families []localv1.IPFamily
 	for _, px := range b.proxiers {
 		families = append(families, px.family)
@@ -285,8 +285,8 @@ func (p *Plugin) Cleanup(ctx context.Context) error {
 	}
 	var errs []error
 	if c, err := ipvs.New(); err == nil {
-		errs = append(errs, cleanupIPVS(&cfg, c, hostKernel{}))
+		errs = append(errs, cleanupIPVS(&cfg, c, &hostKernel{}))
 	}
-	errs = append(errs, cleanupRules(ctx, hostKernel{}))
+	errs = append(errs, cleanupRules(ctx, &hostKernel{}))
 	return errors.Join(errs...)
 }

@@ -168,6 +168,13 @@ func (p *proxier) sync(ctx context.Context, st *backend.State, ch backend.Change
 		}
 	}
 	if ch.Resync {
+		// Periodic syncs (not those of changes, which stay proportional
+		// to the change) remove the real servers whose connections
+		// drained, as kube-proxy's graceful termination checks them once a
+		// minute.
+		if err := p.drain(); err != nil {
+			return false, err
+		}
 		drift, err := p.drifted()
 		if err != nil {
 			return false, err
@@ -205,9 +212,6 @@ func (p *proxier) keysWithNodePorts(st *backend.State, ch backend.Changes) []bac
 // differs from the record: a changed endpoint is one real-server
 // operation.
 func (p *proxier) syncKeys(ctx context.Context, st *backend.State, keys []backend.ServiceKey) (bool, error) {
-	if err := p.drain(); err != nil {
-		return false, err
-	}
 	var addEntries, delEntries []setEntry
 	for _, k := range keys {
 		old := p.rec[k]
