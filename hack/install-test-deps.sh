@@ -8,7 +8,10 @@
 #     the image hack/image.sh builds), and clang, llvm and libbpf-dev
 #     (go generate ./backends/ebpf compiles the BPF programs;
 #     hack/verify-ebpf.sh checks the committed objects with them: building
-#     kpng needs none of them);
+#     kpng needs none of them); ipset and ipvsadm (the ipvs backend), and
+#     what hack/vm.sh boots its VM with (qemu-system-x86, busybox-static,
+#     kmod, cpio, xz-utils: the ipvs backend's kernel tests run there, as
+#     the host kernel has no IPVS; docs/vm.md);
 #   - kube-apiserver and kube-proxy, built from the Kubernetes module pinned in
 #     hack/tools/go.mod, into the git-ignored folder .cache/bin.
 #
@@ -27,7 +30,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tools="${root}/hack/tools"
 bin="${root}/.cache/bin"
 
-packages=(etcd-server nftables iptables conntrack iproute2 protobuf-compiler containerd clang llvm libbpf-dev)
+packages=(etcd-server nftables iptables conntrack iproute2 protobuf-compiler containerd clang llvm libbpf-dev
+	ipset ipvsadm qemu-system-x86 busybox-static kmod cpio xz-utils)
 binaries=(kube-apiserver kube-proxy)
 
 install_packages() {

@@ -8,7 +8,10 @@
 #      committed BPF objects of backends/ebpf match their C sources;
 #   3. runs every test once, with the race detector: unit tests, tests
 #      against the real API server (build tag "integration") and real-packet
-#      tests in network namespaces (build tag "e2e", needs root);
+#      tests in network namespaces (build tag "e2e", needs root); the ipvs
+#      backend's kernel tests need IPVS, which the host kernel may lack:
+#      their TestMain then runs them in hack/vm.sh's VM (Debian 12's
+#      kernel, docs/vm.md), so they run everywhere, never skip;
 #   4. starts two kubelet nodes with kpng as their DaemonSet (nft, iptables,
 #      and split into brain and agents) and checks that pods reach Services
 #      through it (hack/e2e-node.sh --smoke).
