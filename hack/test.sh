@@ -60,6 +60,20 @@ go -C hack/difftest vet -tags kpngmutation ./...
 log "BPF objects (backends/ebpf's committed objects are what its C sources compile to)"
 hack/verify-ebpf.sh
 
+# The shared real-packet suite (test/e2e/services) runs every backend of
+# cmd/kpng on the host's kernel. One without IPVS cannot run to-ipvs: the
+# suite then runs the others, and the ipvs backend's own kernel tests run
+# in hack/vm.sh's VM (their TestMain, above).
+if [[ -z ${KPNG_E2E_BACKENDS:-} ]] && ! { modprobe -q ip_vs 2>/dev/null; [[ -e /proc/net/ip_vs ]]; }; then
+	e2e_backends=()
+	for f in cmd/kpng/register_*.go; do
+		name="${f#cmd/kpng/register_}" && name="${name%.go}"
+		[[ ${name} == ipvs ]] || e2e_backends+=("${name}")
+	done
+	export KPNG_E2E_BACKENDS="$(IFS=,; echo "${e2e_backends[*]}")"
+	echo "no IPVS in this kernel: test/e2e/services runs ${KPNG_E2E_BACKENDS}; backends/ipvs's kernel tests run in hack/vm.sh's VM"
+fi
+
 log "go test (unit, integration, e2e; race detector on)"
 go test -race -tags "${tags}" -timeout 60m "$@" ./...
 
