@@ -261,7 +261,7 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 		case !synced:
 			log.Info("Dataplane synced", "revision", state.Revision, "services", len(state.Services), "took", res.Duration)
 		case failures > 0:
-			log.Info("Dataplane synced again", "revision", state.Revision, "failures", failures)
+			log.Info("Dataplane synced again", "revision", state.Revision, "failures", failures, "took", res.Duration)
 		default:
 			log.Log(ctx, levelV(2), "Dataplane synced", "revision", state.Revision, "changes", pending.String(), "took", res.Duration)
 		}
