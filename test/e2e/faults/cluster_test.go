@@ -314,10 +314,11 @@ func (c *cluster) startProbes(t *testing.T) *probeRun {
 // stallTick is the period of the stall watch.
 const stallTick = 10 * time.Millisecond
 
-// stallExcuse is the stall of the test process that excuses a timed-out
-// probe: a tenth of its timeout, which the probe did not get to use (its
-// answer may have been waiting in a socket, or the test's own endpoint
-// server may not have run). maxResends bounds how often one probe is sent
+// stallExcuse is the time the test process stood still, in stalls of a
+// stallTick or more within a timed-out probe's time, that excuses it: a
+// tenth of its timeout, which the probe did not get to use (its answer
+// may have been waiting in a socket, or the test's own endpoint server
+// may not have run). maxResends bounds how often one probe is sent
 // again for it.
 const (
 	stallExcuse = answerTimeout / 10
@@ -397,8 +398,11 @@ func (r *probeRun) watchStalls() {
 				if d > r.stall {
 					r.stall, r.stallAt = d, now
 				}
-				if d >= stallExcuse {
-					// Only the last minute's matter: a probe lasts seconds.
+				if d >= stallTick {
+					// Every stall of a tick or more: on a machine loaded
+					// beyond its cores the process runs in slices, and
+					// short stalls add up within one probe's time. Only
+					// the last minute's matter: a probe lasts seconds.
 					r.stalls = slices.DeleteFunc(r.stalls, func(s stallSpan) bool { return now.Sub(s.to) > time.Minute })
 					r.stalls = append(r.stalls, stallSpan{from: last, to: now})
 				}
@@ -445,7 +449,7 @@ func (r *probeRun) counts() (sent, failed int, failures string) {
 		}
 	}
 	if len(resent) > 0 {
-		parts = append(parts, fmt.Sprintf("sent again after timing out while the test process stood still %v or more: %s (longest stall %v)",
+		parts = append(parts, fmt.Sprintf("sent again after timing out while the test process stood still %v or more in all: %s (longest stall %v)",
 			stallExcuse, strings.Join(resent, ", "), r.stall.Round(time.Millisecond)))
 	}
 	return r.sent, failed, strings.Join(parts, "; ")

@@ -31,8 +31,8 @@
 //	KPNG_FAULTS_DEBUG=1   log node-1's proxy output of each fault
 //
 // A probe that times out while the test process itself stood still (its
-// stall watch saw it not run for a tenth of the probe's timeout or more:
-// the machine was overloaded) is sent again, up to three times, and the
+// stall watch, due every 10 ms, saw it late by a tenth of the probe's
+// timeout or more in all: the machine was overloaded) is sent again, up to three times, and the
 // new probe counts; refusals and wrong answers always count, and the
 // probes sent again are logged beside each fault's counts.
 //
