@@ -183,6 +183,11 @@ func Delete(name string) error {
 		}
 	}
 	if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
+		// Two runs sweeping the same dead run's namespaces race: the
+		// other one deleted it first.
+		if _, serr := os.Stat(filepath.Join(Dir, name)); errors.Is(serr, os.ErrNotExist) {
+			return nil
+		}
 		return fmt.Errorf("ip netns del %s: %w: %s", name, err, bytes.TrimSpace(out))
 	}
 	return nil
