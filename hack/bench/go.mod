@@ -3,6 +3,7 @@ module github.com/kpng/kpng/hack/bench
 go 1.26.0
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/kpng/kpng v0.0.0
 	golang.org/x/term v0.46.0
 	gonum.org/v1/plot v0.17.0

@@ -10,7 +10,11 @@
 //   - kpng with the nft backend (kpng kube ... to-local ... to-nft),
 //   - kpng with the iptables backend (... to-iptables),
 //   - kube-proxy in nftables mode, and in iptables mode (the binary built
-//     by hack/install-test-deps.sh, the API server's version).
+//     by hack/install-test-deps.sh, the API server's version),
+//   - kpng with the eBPF backend (... to-ebpf), its socket programs on a
+//     cgroup v2 of its node that the bench creates (a child of the
+//     hierarchy's root, mounted on a private folder: never the root), its
+//     pins on a BPF filesystem of the bench's (ebpf.go).
 //
 // It measures the cold start (time to the first complete sync), then runs
 // the workloads: churn (EndpointSlice updates at a fixed rate, each with
@@ -18,7 +22,10 @@
 // once, and service creation and deletion. Figures come from the same
 // metric names for every proxy (kube-proxy's), and from /proc. Last, a
 // dataplane probe opens TCP connections from each proxy's node to a
-// ClusterIP whose endpoint is a pod namespace behind that node.
+// ClusterIP whose endpoint is a pod namespace behind that node, and to the
+// pod's IP, alternately; its client is a process of its own, started in
+// kpng-ebpf's cgroup for kpng-ebpf. kpng-ebpf's maps' memory is the
+// kernel's accounting of each pinned map.
 //
 // Results go to <out>/results-N.json; the report (alone with --report-only)
 // turns all of them into BENCHMARKS.md and the plots under docs/bench, in
@@ -50,6 +57,11 @@ import (
 const envChild = "KPNG_BENCH_RUN"
 
 func main() {
+	// The dataplane probe's client: the bench itself, run by the bench
+	// inside a proxy's namespace (and cgroup).
+	if len(os.Args) > 1 && os.Args[1] == probeCommand {
+		os.Exit(runProbeClient(os.Args[2:]))
+	}
 	var (
 		sizes     = flag.String("sizes", "100,1000,5000,10000", "comma-separated numbers of services (each with 10 endpoints); the dataplane comparison is between the smallest and the largest")
 		with30k   = flag.Bool("with-30k", false, "also run 30,000 services (long)")
@@ -68,6 +80,7 @@ func main() {
 		reportDir = flag.String("report-dir", "", "where BENCHMARKS.md and docs/bench/*.png are written (default: the repository root); "+
 			"a directory without a BENCHMARKS.md starts from the repository's, so a trial run can leave the committed page alone")
 		reportOnly = flag.Bool("report-only", false, "only write BENCHMARKS.md and the plots from the results in --out")
+		guideOnly  = flag.Bool("guide-only", false, "only write BENCHMARKS.md's generated guide to kpng-ebpf's figures, leaving the results alone")
 		noReport   = flag.Bool("no-report", false, "do not write BENCHMARKS.md and the plots")
 	)
 	flag.Parse()
@@ -84,6 +97,12 @@ func main() {
 	}
 	if *reportOnly {
 		if err := report(root, *reportDir, *outDir); err != nil {
+			fatal(err)
+		}
+		return
+	}
+	if *guideOnly {
+		if err := guide(root, *reportDir); err != nil {
 			fatal(err)
 		}
 		return

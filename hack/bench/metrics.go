@@ -13,6 +13,7 @@ import (
 const (
 	metricSyncDuration   = "kubeproxy_sync_proxy_rules_duration_seconds"
 	metricNetProg        = "kubeproxy_network_programming_duration_seconds"
+	metricPartialSync    = "kubeproxy_sync_partial_proxy_rules_duration_seconds"
 	metricLastSync       = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
 	metricEndpointsPend  = "kubeproxy_sync_proxy_rules_endpoint_changes_pending"
 	metricServicesPend   = "kubeproxy_sync_proxy_rules_service_changes_pending"

@@ -28,6 +28,9 @@ type proxyKind struct {
 	// synced reports whether a log line says a complete sync of the IPv4
 	// rules finished.
 	synced func(line string) bool
+	// ebpf: the proxy needs a cgroup v2 and a BPF filesystem of its node
+	// (ebpfNode), and its probe client runs in that cgroup.
+	ebpf bool
 }
 
 // runArgs is what a proxy's command line is made of.
@@ -36,6 +39,7 @@ type runArgs struct {
 	kubeconfig       string
 	metrics, healthz string // addresses
 	iptablesVariant  string // "legacy" or "nft"
+	ebpf             *ebpfNode
 }
 
 // binaries are the programs the bench runs.
@@ -56,12 +60,16 @@ var proxyKinds = []proxyKind{
 	kpngKind("kpng-iptables", "kube-proxy-iptables", "to-iptables"),
 	kubeProxyKind("kube-proxy-nftables", "nftables"),
 	kubeProxyKind("kube-proxy-iptables", "iptables"),
+	// kpng's eBPF backend has no kube-proxy mode of its own; its figures
+	// are set beside kube-proxy's nftables mode, and its dataplane
+	// against the pod's IP (issue 21).
+	kpngKind("kpng-ebpf", "kube-proxy-nftables", "to-ebpf"),
 }
 
 func kpngKind(name, reference, backend string, extra ...string) proxyKind {
-	iptables := backend == "to-iptables"
+	iptables, ebpf := backend == "to-iptables", backend == "to-ebpf"
 	return proxyKind{
-		Name: name, Reference: reference,
+		Name: name, Reference: reference, ebpf: ebpf,
 		argv: func(a runArgs) []string {
 			argv := append([]string{a.bins.kpng, "--v=2", "kube", "--kubeconfig=" + a.kubeconfig,
 				"to-local", "--node-name=" + nodeName, backend,
@@ -70,6 +78,16 @@ func kpngKind(name, reference, backend string, extra ...string) proxyKind {
 				// Told, not detected: an empty namespace holds no rules
 				// for kpng's detection to go by.
 				argv = append(argv, "--iptables-mode="+a.iptablesVariant)
+			}
+			if ebpf {
+				// Never the default cgroup (the hierarchy's root: every
+				// process of the machine), never the host's /sys/fs/bpf:
+				// without a node of the bench's, no command at all.
+				if a.ebpf == nil {
+					return nil
+				}
+				argv = append(argv, "--ebpf-cgroup-path="+a.ebpf.cgroup, "--ebpf-pin-path="+a.ebpf.pinPath,
+					"--ebpf-interfaces="+ebpfInterfaces)
 			}
 			return argv
 		},
@@ -108,10 +126,11 @@ func kubeProxyKind(name, mode string) proxyKind {
 // proxy is one running proxy, in its own namespace.
 type proxy struct {
 	kind    proxyKind
-	ns      string // the proxy's "node" namespace
-	podNS   string // a pod namespace behind it, for the dataplane probe
-	addr    string // its address on the bench bridge
-	metrics string // host:port of its /metrics
+	ns      string    // the proxy's "node" namespace
+	podNS   string    // a pod namespace behind it, for the dataplane probe
+	ebpf    *ebpfNode // kpng-ebpf's cgroup and BPF filesystem
+	addr    string    // its address on the bench bridge
+	metrics string    // host:port of its /metrics
 	logPath string
 
 	cmd     *exec.Cmd
@@ -133,6 +152,9 @@ type proxy struct {
 // goroutine locked to its thread until the process exits, because the
 // parent-death signal follows the forking thread, not the process.
 func (p *proxy) start(argv, env []string) error {
+	if len(argv) == 0 {
+		return fmt.Errorf("%s: no command line", p.kind.Name)
+	}
 	logFile, err := os.Create(p.logPath)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +33,12 @@ func sampleResults() []*SizeResult {
 			for _, ph := range phases {
 				p.Phases[ph] = &PhaseResult{Changes: 300, Syncs: 60, SyncP50: 0.003 * kube * (1 + f), SyncP99: 0.01 * kube * (1 + f),
 					SyncSumSeconds: 0.2 * kube * (1 + f), NetProgCount: 300, NetProgP50: 0.5 * kube, NetProgP99: 1.5 * kube,
-					CPUSeconds: 0.3 * kube * (1 + f), WallSeconds: 65, CaughtUp: true, CaughtUpSeconds: 62}
+					CPUSeconds: 0.3 * kube * (1 + f), WallSeconds: 65, CaughtUp: true, CaughtUpSeconds: 62,
+					PartialSyncs: 150, PartialSyncSumSeconds: 0.1}
+			}
+			if k.ebpf {
+				p.BPFMaps = map[string]int64{"kpng_ct": 8 << 20, "kpng_services": int64(58+f) << 20}
+				p.BPFMapsMB = 66 + f
 			}
 			connect := 60.0
 			if k.Name == "kube-proxy-iptables" || k.Name == "kpng-iptables" {
@@ -94,8 +100,11 @@ func TestReport(t *testing.T) {
 		"| kube-proxy-iptables | 62 | 80 | – | 260 | 4.19 |", // no figure at 5,000
 		"for 3 s per target",
 		// Why a figure is missing, in its cell.
-		"| cold start: first complete sync (s) | 6.0 | 48.0 | 0.12 | 6.0 | 0.12 | 6.0 | did not sync within 10m0s | – |",
-		"| burst: caught up after (s) | 62.0 | not caught up within 5m0s | – | 62.0 | – | 62.0 | – | – |",
+		"| cold start: first complete sync (s) | 6.0 | 48.0 | 0.12 | 6.0 | 0.12 | 6.0 | 0.12 | 6.0 | did not sync within 10m0s | – |",
+		"| burst: caught up after (s) | 62.0 | not caught up within 5m0s | – | 62.0 | – | 62.0 | – | 62.0 | – | – |",
+		// kpng-ebpf's own rows: the other proxies have no maps.
+		"| BPF maps' memory at the end (MiB) | – | – | – | – | – | 66.1 | – | – | – | – |",
+		"| churn: partial sync mean (ms) | 0.67 | 0.67 | 1.00 | 0.67 | 1.00 | 0.67 | 1.00 | 0.67 | – | – |",
 		// Which iptables ran, and where the rules were.
 		"Both iptables proxies ran the legacy variant, iptables v1.8.9 (legacy)",
 		"kube-proxy-iptables: 330,012 rules in the legacy nat table, nf_tables tables none",
@@ -160,8 +169,8 @@ func TestTargetsListShortfalls(t *testing.T) {
 	targetsSection(&b, []*SizeResult{r})
 	got := b.String()
 	for _, want := range []string{
-		"| network programming p99 under churn (s) | kpng-nft | 1.70 | 2.73 | 0.62 | ≤ 0.25 | **no** |",
-		"| CPU during churn (s) | kpng-nft | 1.0 | 40.0 | 0.03 | ≤ 0.033 x | yes |",
+		"| network programming p99 under churn (s) | kpng-nft | 1.70 | kube-proxy-nftables | 2.73 | 0.62 | ≤ 0.25 | **no** |",
+		"| CPU during churn (s) | kpng-nft | 1.0 | kube-proxy-nftables | 40.0 | 0.03 | ≤ 0.033 x | yes |",
 		"| cold start (s) | kpng-iptables |",
 		"#### Where kpng falls short at 10,000 services",
 		"- **network programming p99 under churn (s)**, kpng-nft: 1.70 where the goal is at most 0.25 (kube-proxy-nftables: 2.73). " +
@@ -174,5 +183,68 @@ func TestTargetsListShortfalls(t *testing.T) {
 	}
 	if strings.Contains(got, "- **CPU during churn (s)**, kpng-nft") {
 		t.Errorf("a target met is listed as a shortfall:\n%s", got)
+	}
+}
+
+// kpng-ebpf's targets are issue 21's: the connect time to the ClusterIP
+// within 5 % of the pod IP's at every size run, one endpoint change in
+// under 1 ms, and the maps' memory at 10,000 and 30,000 services.
+func TestEBPFTargets(t *testing.T) {
+	results := sampleResults() // 100 to 10,000
+	small, big := results[0].proxy(ebpfName), results[3].proxy(ebpfName)
+	small.Probes[0].P50Micros, small.Probes[1].P50Micros = 61, 60
+	big.Probes[0].P50Micros, big.Probes[1].P50Micros = 70, 60
+	big.Phases[phaseChurn].PartialSyncs, big.Phases[phaseChurn].PartialSyncSumSeconds = 200, 0.08
+	var b strings.Builder
+	targetsSection(&b, results)
+	got := b.String()
+	for _, want := range []string{
+		"| connect time p50 at 100 services, to the ClusterIP / to the pod IP (µs) | kpng-ebpf | 61 | the pod IP, same probe | 60 | 1.02 | ≤ 1.05 x | yes |",
+		"| connect time p50 at 10,000 services, to the ClusterIP / to the pod IP (µs) | kpng-ebpf | 70 | the pod IP, same probe | 60 | 1.17 | ≤ 1.05 x | **no** |",
+		"| one endpoint change applied: partial sync mean under churn (ms) | kpng-ebpf | 0.40 | kube-proxy-nftables | 0.67 | 0.60 | ≤ 1 | yes |",
+		"| BPF maps' memory at 10,000 services (MiB) | kpng-ebpf | 76.0 |  |  |  | reported | – |",
+		"| BPF maps' memory at 30,000 services (MiB) | kpng-ebpf | not run |  |  |  | reported | – |",
+		"- **connect time p50 at 10,000 services, to the ClusterIP / to the pod IP (µs)**, kpng-ebpf: 70 µs to the ClusterIP against 60 µs to the pod IP, a ratio of 1.17 where the goal is at most 1.05.",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the section lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "- **one endpoint change applied") {
+		t.Errorf("a target met is listed as a shortfall:\n%s", got)
+	}
+
+	// Results without kpng-ebpf (from before the bench ran it) have no
+	// eBPF rows at all.
+	for _, r := range results {
+		r.Proxies = slices.DeleteFunc(r.Proxies, func(p *ProxyResult) bool { return p.Name == ebpfName })
+	}
+	b.Reset()
+	targetsSection(&b, results)
+	if strings.Contains(b.String(), ebpfName) {
+		t.Errorf("eBPF rows without kpng-ebpf results:\n%s", b.String())
+	}
+}
+
+// The guide to kpng-ebpf's figures goes before the results the first
+// time, and is replaced in place after that; the page around it is kept.
+func TestSpliceGuide(t *testing.T) {
+	doc := "# Benchmarks\n\nHow to run it.\n\n## Results\n\n" + beginMarker + "\nold\n" + endMarker + "\n\n## Why\n"
+	once := spliceGuide(doc)
+	g, r := strings.Index(once, guideBegin), strings.Index(once, "## Results")
+	if g < 0 || r < 0 || g > r || !strings.Contains(once, "How to run it.") || !strings.Contains(once, "\nold\n") {
+		t.Fatalf("first splice:\n%s", once)
+	}
+	twice := spliceGuide(once)
+	if twice != once {
+		t.Errorf("the second splice changed the page:\n%s\n---\n%s", once, twice)
+	}
+	// A page whose results are written again keeps the guide.
+	again := spliceGuide(splice(once, "new\n"))
+	if strings.Count(again, guideBegin) != 1 || !strings.Contains(again, "\nnew\n") || strings.Contains(again, "\nold\n") {
+		t.Errorf("results written again:\n%s", again)
+	}
+	if !strings.Contains(once, "--ebpf-interfaces "+ebpfInterfaces) || !strings.Contains(once, "at most 1.05") {
+		t.Errorf("the guide lacks the bench's settings:\n%s", once)
 	}
 }

@@ -89,9 +89,15 @@ type ProxyResult struct {
 	// LegacyNATRules and NftTables say where the proxy's rules were at
 	// the end: the rules of its namespace's legacy nat table, and its
 	// nf_tables tables ("ip nat" is iptables-nft's).
-	LegacyNATRules int      `json:"legacy_nat_rules"`
-	NftTables      []string `json:"nft_tables,omitempty"`
-	RulesChecked   bool     `json:"rules_checked,omitempty"`
+	LegacyNATRules int `json:"legacy_nat_rules"`
+	// BPFMaps is kpng-ebpf's maps' memory at the end of the run, by
+	// pinned map: the kernel's accounting (memlock in each map's
+	// fdinfo), which the process's RSS does not include; BPFMapsMB its
+	// total.
+	BPFMaps      map[string]int64 `json:"bpf_maps_memlock_bytes,omitempty"`
+	BPFMapsMB    float64          `json:"bpf_maps_mb,omitempty"`
+	NftTables    []string         `json:"nft_tables,omitempty"`
+	RulesChecked bool             `json:"rules_checked,omitempty"`
 }
 
 // PhaseResult is what one proxy did during one workload, from metrics
@@ -105,6 +111,12 @@ type PhaseResult struct {
 	SyncP50        float64 `json:"sync_p50"`
 	SyncP99        float64 `json:"sync_p99"`
 	SyncSumSeconds float64 `json:"sync_sum_seconds"`
+	// PartialSyncs and PartialSyncSumSeconds: the syncs that applied
+	// only what changed, and their time
+	// (kubeproxy_sync_partial_proxy_rules_duration_seconds); their mean
+	// is what one change costs to apply when changes come one by one.
+	PartialSyncs          float64 `json:"partial_syncs,omitempty"`
+	PartialSyncSumSeconds float64 `json:"partial_sync_sum_seconds,omitempty"`
 	// NetProg*: kubeproxy_network_programming_duration_seconds.
 	NetProgCount float64 `json:"netprog_count"`
 	NetProgP50   float64 `json:"netprog_p50"`

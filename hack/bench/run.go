@@ -130,6 +130,11 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 		if err := plumb(p, i); err != nil {
 			return nil, err
 		}
+		if k.ebpf {
+			if p.ebpf, err = newEBPFNode(tb, "bench"); err != nil {
+				return nil, fmt.Errorf("%s: %w", k.Name, err)
+			}
+		}
 		l, err := servePod(p.podNS)
 		if err != nil {
 			return nil, err
@@ -143,8 +148,16 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 	status.set(n, "cold start")
 	for i, p := range proxies {
 		argv := p.kind.argv(runArgs{bins: cfg.bins, kubeconfig: kubeconfig, metrics: p.metrics,
-			healthz: net.JoinHostPort(p.addr, healthzPort(i)), iptablesVariant: cfg.iptablesVariant})
+			healthz: net.JoinHostPort(p.addr, healthzPort(i)), iptablesVariant: cfg.iptablesVariant, ebpf: p.ebpf})
 		env := proxyEnv(cfg.iptablesPath, filepath.Join(dir, p.kind.Name+".xtables.lock"))
+		if p.ebpf != nil {
+			if err := p.ebpf.check(); err != nil {
+				return nil, fmt.Errorf("%s: %w", p.kind.Name, err)
+			}
+			// After the proxy stops (cleanups run last first), and
+			// before the BPF filesystem is unmounted.
+			tb.Cleanup(func() { cleanupPins(argv) })
+		}
 		if err := p.start(argv, env); err != nil {
 			return nil, err
 		}
@@ -174,15 +187,29 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 			continue
 		}
 		r := res.Proxies[i]
-		for _, target := range []string{probeVIP, net.JoinHostPort(probePodIP, fmt.Sprint(endpointPort))} {
-			pr, err := probe(p.ns, target, cfg.probeFor)
-			if err != nil {
-				r.Error = joinErr(r.Error, fmt.Sprintf("probe %s: %v", target, err))
-				continue
-			}
-			r.Probes = append(r.Probes, pr)
+		if err := probeProxy(p, r, []string{probeVIP, net.JoinHostPort(probePodIP, fmt.Sprint(endpointPort))}, cfg.probeFor); err != nil {
+			r.Error = joinErr(r.Error, err.Error())
+			continue
+		}
+		for _, pr := range r.Probes {
 			logf("size %d: %s: dataplane to %s: %.0f connections/s, TCP connect time p50 %.0fµs p99 %.0fµs (%d failures)",
-				n, p.kind.Name, target, pr.PerSecond, pr.P50Micros, pr.P99Micros, pr.Failures)
+				n, p.kind.Name, pr.Target, pr.PerSecond, pr.P50Micros, pr.P99Micros, pr.Failures)
+		}
+	}
+
+	for i, p := range proxies {
+		if p.ebpf == nil || !p.running() {
+			continue
+		}
+		r := res.Proxies[i]
+		m, err := p.ebpf.mapsMemory()
+		if err != nil {
+			r.Error = joinErr(r.Error, fmt.Sprintf("BPF maps' memory: %v", err))
+		}
+		if len(m) > 0 {
+			total, each := sumMemory(m)
+			r.BPFMaps, r.BPFMapsMB = m, mb(total)
+			logf("size %d: %s: BPF maps %.1f MiB (%s)", n, p.kind.Name, r.BPFMapsMB, each)
 		}
 	}
 
@@ -234,6 +261,38 @@ func finite(v float64) float64 {
 }
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }
+
+// probeProxy runs the dataplane probe from p's node namespace to the
+// targets, and records it in r. kpng-ebpf's client runs in the cgroup its
+// programs attach to, and must be found there: a client elsewhere would
+// measure a ClusterIP that nothing translates.
+func probeProxy(p *proxy, r *ProxyResult, targets []string, d time.Duration) error {
+	var cg *os.File
+	want := ""
+	if p.ebpf != nil {
+		var err error
+		if cg, err = p.ebpf.openCgroup(); err != nil {
+			return fmt.Errorf("probe: %w", err)
+		}
+		defer cg.Close()
+		rel, err := filepath.Rel(p.ebpf.root, p.ebpf.cgroup)
+		if err != nil {
+			return err
+		}
+		want = "/" + rel
+	}
+	prs, err := probe(p.ns, cg, targets, d)
+	if err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	for _, pr := range prs {
+		if want != "" && pr.Cgroup != want {
+			return fmt.Errorf("probe: the client ran in cgroup %q, not %q", pr.Cgroup, want)
+		}
+	}
+	r.Probes = prs
+	return nil
+}
 
 // plumb builds proxy i's namespace: a veth to the bench bridge (its way to
 // the API server, and ours to its /metrics), and a pod namespace behind a
@@ -433,9 +492,12 @@ func runPhase(ctx context.Context, cfg *config, cl *cluster, phase string, live 
 		sync = sync.Sub(mustHistogram(b.m, metricSyncDuration, ipv4))
 		np, _ := after.m.Histogram(metricNetProg, ipv4)
 		np = np.Sub(mustHistogram(b.m, metricNetProg, ipv4))
+		partial, _ := after.m.Histogram(metricPartialSync, ipv4)
+		partial = partial.Sub(mustHistogram(b.m, metricPartialSync, ipv4))
 		pr := &PhaseResult{
 			Changes: changes,
 			Syncs:   sync.Count, SyncP50: finite(sync.Quantile(0.5)), SyncP99: finite(sync.Quantile(0.99)), SyncSumSeconds: sync.Sum,
+			PartialSyncs: partial.Count, PartialSyncSumSeconds: partial.Sum,
 			NetProgCount: np.Count, NetProgP50: finite(np.Quantile(0.5)), NetProgP99: finite(np.Quantile(0.99)),
 			NetProgP99Bucket: finite(np.BucketAbove(0.99)),
 			CPUSeconds:       after.u.CPUSeconds - b.u.CPUSeconds,

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/kpng/kpng/internal/cgrouptest"
+)
+
+// ebpfInterfaces are where kpng-ebpf attaches its north-south (tcx)
+// programs: every interface of its node namespace, the one to the bench
+// bridge and the one to its pod, as `auto` plus the pod-facing interface
+// would be on a real node. The probe's packets (both to the ClusterIP and
+// to the pod IP) cross pod0 either way, so the comparison carries their
+// cost on both sides.
+const ebpfInterfaces = "eth0,pod0"
+
+// ebpfNode is what the bench makes for a kpng-ebpf proxy: a cgroup v2 of
+// its node, which the socket programs attach to and the probe client
+// runs in, and a BPF filesystem of its own for the pins.
+type ebpfNode struct {
+	// root is the cgroup v2 hierarchy, mounted on a private folder;
+	// cgroup a child of it (checked a strict descendant: a program
+	// attached to the root would see every process of the machine).
+	root, cgroup string
+	// bpffs is a BPF filesystem instance of the bench's; pinPath the
+	// proxy's --ebpf-pin-path in it.
+	bpffs, pinPath string
+}
+
+// newEBPFNode mounts the cgroup v2 hierarchy and a BPF filesystem, and
+// creates the node's cgroup, all named after the bench's run
+// (internal/cgrouptest), so that what a killed run left is removed by the
+// next one (cgrouptest.Sweep). tb.Cleanup removes it all, in reverse: the
+// pins (which detaches the links kpng left pinned), the cgroup (killing
+// what still runs in it), the mounts.
+func newEBPFNode(tb *runTB, what string) (*ebpfNode, error) {
+	root, err := cgrouptest.MountHierarchy(what)
+	if err != nil {
+		return nil, err
+	}
+	tb.Cleanup(func() {
+		if err := cgrouptest.Unmount(root); err != nil {
+			logf("cleanup: %v", err)
+		}
+	})
+	if swept, err := cgrouptest.Sweep(root); err != nil {
+		logf("sweeping dead runs' cgroups and mounts: %v", err)
+	} else if len(swept) > 0 {
+		logf("removed what dead runs left: %s", strings.Join(swept, " "))
+	}
+	pattern, err := cgrouptest.Name(what)
+	if err != nil {
+		return nil, err
+	}
+	cg, err := cgrouptest.Create(root, root, "", pattern)
+	if err != nil {
+		return nil, err
+	}
+	tb.Cleanup(func() {
+		if err := cgrouptest.Remove(cg); err != nil {
+			logf("cleanup: %v", err)
+		}
+	})
+	bpffs, err := cgrouptest.MountBPFFS(what)
+	if err != nil {
+		return nil, err
+	}
+	tb.Cleanup(func() {
+		if err := cgrouptest.Unmount(bpffs); err != nil {
+			logf("cleanup: %v", err)
+		}
+	})
+	return &ebpfNode{root: root, cgroup: cg, bpffs: bpffs, pinPath: filepath.Join(bpffs, "kpng")}, nil
+}
+
+// check fails unless the node's cgroup is still a strict descendant of
+// the hierarchy's root: checked again just before a program may attach.
+func (e *ebpfNode) check() error { return cgrouptest.CheckDescendant(e.root, e.cgroup) }
+
+// openCgroup opens the node's cgroup, for a child process to be started
+// in it (CLONE_INTO_CGROUP): its sockets are then the programs' from the
+// first one.
+func (e *ebpfNode) openCgroup() (*os.File, error) {
+	if err := e.check(); err != nil {
+		return nil, err
+	}
+	return os.Open(e.cgroup)
+}
+
+// cleanupPins runs kpng's own cleanup (the proxy's command line with
+// --cleanup: detach the programs, delete the pins) once the proxy has
+// stopped; the unmount of the BPF filesystem then finds nothing left, or
+// removes what it missed.
+func cleanupPins(argv []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	argv = append(argv[:len(argv):len(argv)], "--cleanup")
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		logf("cleanup: %s: %v: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
+	}
+}
+
+// mapsMemory returns the memory the kernel charges for each map pinned
+// under the proxy's pin path (memlock in the map's fdinfo, what
+// backends/ebpf's TestConnectLatency reads), by map name.
+func (e *ebpfNode) mapsMemory() (map[string]int64, error) {
+	return pinnedMapsMemory(e.pinPath)
+}
+
+func pinnedMapsMemory(dir string) (map[string]int64, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	var errs []error
+	for _, ent := range entries {
+		if strings.HasPrefix(ent.Name(), "link_") || ent.IsDir() {
+			continue
+		}
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, ent.Name()), &ebpf.LoadPinOptions{ReadOnly: true})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pinned map %s: %w", ent.Name(), err))
+			continue
+		}
+		info, err := m.Info()
+		m.Close()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pinned map %s: %w", ent.Name(), err))
+			continue
+		}
+		// 0 is a figure: an LPM trie (kpng_source_ranges) allocates
+		// per entry, and an empty one is charged nothing.
+		b, _ := info.Memlock()
+		out[ent.Name()] = int64(b)
+	}
+	if len(out) == 0 && len(errs) == 0 {
+		errs = append(errs, fmt.Errorf("no map pinned under %s", dir))
+	}
+	return out, errors.Join(errs...)
+}
+
+// sumMemory is the total of a map name → bytes table, and its largest
+// entries as text ("kpng_ct 8.0 MiB, ...").
+func sumMemory(m map[string]int64) (total int64, largest string) {
+	names := make([]string, 0, len(m))
+	for n, b := range m {
+		total += b
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if m[names[i]] != m[names[j]] {
+			return m[names[i]] > m[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %.1f MiB", n, mb(m[n])))
+	}
+	return total, strings.Join(parts, ", ")
+}
