@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/cloudflare/ipvs"
-	"golang.org/x/sys/unix"
 
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
@@ -100,27 +99,4 @@ func BenchmarkKernel(b *testing.B) {
 	if failure != "" {
 		b.Fatal(failure)
 	}
-}
-
-// benchService is service i of 10.96.0.0/12 with n endpoints (one more
-// with extra), each on a node of its own.
-func benchService(i, n int, extra bool) *localv1.ServiceEndpoints {
-	var eps []*localv1.Endpoint
-	if extra {
-		n++
-	}
-	for j := range n {
-		eps = append(eps, ep(fmt.Sprintf("10.%d.%d.%d", 128+j, i/250, i%250+1), 8080, false))
-	}
-	return service("bench", fmt.Sprintf("svc-%d", i), fmt.Sprintf("10.%d.%d.%d", 96+i/62500, i/250%250, i%250+1), withEndpoints(eps...))
-}
-
-// threadCPU is the CPU time of this thread (user and kernel): unlike wall
-// time, it does not count waiting for a CPU on a loaded machine.
-func threadCPU() time.Duration {
-	var r unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_THREAD, &r); err != nil {
-		return 0
-	}
-	return time.Duration(r.Utime.Nano() + r.Stime.Nano())
 }
