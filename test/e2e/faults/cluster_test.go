@@ -40,14 +40,19 @@ const (
 // upstream kube-proxy.
 type variant struct {
 	name string
-	// backend is kpng's backend (nft, iptables) or kube-proxy's mode
-	// (nftables, iptables).
+	// backend is kpng's backend (nft, iptables, ebpf) or kube-proxy's
+	// mode (nftables, iptables).
 	backend   string
 	split     bool
 	kubeProxy bool
 }
 
 func (v variant) nftables() bool { return v.backend == "nft" || v.backend == "nftables" }
+
+// ebpf reports whether the variant is kpng's to-ebpf, whose dataplane is
+// BPF programs and maps: it runs in a lab with a cgroup per node, and its
+// damage faults are the maps' and links' (ebpf_test.go).
+func (v variant) ebpf() bool { return v.backend == "ebpf" && !v.kubeProxy }
 
 // form names the variant's deployment form in the table.
 func (v variant) form() string {
@@ -78,8 +83,8 @@ func parseVariant(t *testing.T, name string) variant {
 		return variant{name: name, backend: mode, kubeProxy: true}
 	}
 	b, split := strings.CutSuffix(name, "-split")
-	if b != "nft" && b != "iptables" {
-		t.Fatalf("variant %q: nft, iptables, nft-split, iptables-split, kube-proxy-nftables or kube-proxy-iptables", name)
+	if b != "nft" && b != "iptables" && b != "ebpf" {
+		t.Fatalf("variant %q: nft, iptables, ebpf, nft-split, iptables-split, ebpf-split, kube-proxy-nftables or kube-proxy-iptables", name)
 	}
 	return variant{name: name, backend: b, split: split}
 }
@@ -139,9 +144,18 @@ func (c *cluster) node(name string) *netlab.Node { return c.lab.Node(name) }
 // and the proxies, and returns once every proxy has synced.
 func startCluster(t *testing.T, v variant) *cluster {
 	t.Helper()
-	lab := netlab.New(t, netlab.DefaultSpec())
+	spec := netlab.DefaultSpec()
+	// to-ebpf's socket programs attach to each node's own cgroup, where
+	// the lab's clients open their sockets: never the machine's root.
+	spec.Cgroups = v.ebpf()
+	lab := netlab.New(t, spec)
 	c := &cluster{v: v, lab: lab, state: netlab.NewState(t, lab), procs: map[*netlab.Node]*netlab.Process{}, svcs: map[string]*corev1.Service{},
 		cfg: netlab.ProxyConfig{DetectLocalMode: "ClusterCIDR", ClusterCIDRs: []netip.Prefix{netlab.ClusterCIDRv4, netlab.ClusterCIDRv6}}}
+	if v.ebpf() {
+		// Maps have no change notification: to-ebpf repairs them at its
+		// periodic sync, whose period bounds the map faults' repair.
+		c.cfg.SyncPeriod = ebpfSyncPeriod
+	}
 	a, b, cc := lab.Pod("pod-a"), lab.Pod("pod-b"), lab.Pod("pod-c")
 	add := func(name string, eps []netlab.Endpoint, ports ...corev1.ServicePort) *corev1.Service {
 		if len(ports) == 0 {
@@ -202,7 +216,12 @@ func (c *cluster) argv(t *testing.T, n *netlab.Node, kubeconfig string) []string
 	case c.v.kubeProxy:
 		return netlab.KubeProxy(c.v.backend).Argv(t, n, kubeconfig, c.cfg)
 	case c.v.split:
-		return append([]string{netlab.KpngBinary(t), "--v=2", "local", "--api", "unix://" + c.sock, "--node-name", n.Name, "to-" + c.v.backend}, c.cfg.Flags()...)
+		// The backend's flags in node n as netlab gives them to kpng in
+		// one process (for to-ebpf: the node's cgroup, pin folder and
+		// interfaces), after its to-<backend>.
+		one := netlab.KpngKube(c.v.backend).Argv(t, n, kubeconfig, c.cfg)
+		flags := one[slices.Index(one, "to-"+c.v.backend)+1:]
+		return append([]string{netlab.KpngBinary(t), "--v=2", "local", "--api", "unix://" + c.sock, "--node-name", n.Name, "to-" + c.v.backend}, flags...)
 	default:
 		return netlab.KpngKube(c.v.backend).Argv(t, n, kubeconfig, c.cfg)
 	}

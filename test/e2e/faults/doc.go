@@ -10,6 +10,14 @@
 // gRPC peers. Each fault is a row of one table: probes sent, probes failed,
 // and what the fault's pass condition measures.
 //
+// kpng's ebpf backend runs in labs with a cgroup v2 per node (its socket
+// programs attach to the node's cgroup, never the machine's root), and has
+// no rules to damage: its faults by hand are its pinned services map
+// emptied, one frontend deleted, and the pins of two of its links
+// removed (which detaches them), each to be repaired at the first
+// periodic sync after it; the kernel refusing its writes is its slots
+// map filled to max_entries (ebpf_test.go).
+//
 // # Running
 //
 // As root, with the e2e build tag:
@@ -22,9 +30,9 @@
 // and upstream kube-proxy through the same cases) and writes
 // docs/reliability.md. Environment:
 //
-//	KPNG_FAULTS_VARIANTS  comma-separated: nft, iptables, nft-split,
-//	                      iptables-split, kube-proxy-nftables,
-//	                      kube-proxy-iptables
+//	KPNG_FAULTS_VARIANTS  comma-separated: nft, iptables, ebpf,
+//	                      nft-split, iptables-split, ebpf-split,
+//	                      kube-proxy-nftables, kube-proxy-iptables
 //	KPNG_FAULTS_FULL=1    the durations (60 s of churn, a 30 s
 //	                      API-server outage, ...)
 //	KPNG_FAULTS_MARKDOWN  write the table there, as docs/reliability.md

@@ -99,8 +99,10 @@ func (s *suite) faultCounted(t *testing.T, name string, counted bool, f func(t *
 				}
 			}
 			t.Logf("%s: %d probes, %d failed; %s", name, r.sent, r.failed, r.measured)
-			if failed == 0 && failures != "" {
-				t.Logf("%s: %s", name, failures) // probes sent again after a stall
+			if failures != "" && (failed == 0 || counted) {
+				// Probes sent again after a stall; the failures of a
+				// fault whose failed probes are counted, not a problem.
+				t.Logf("%s: %s", name, failures)
 			}
 			s.tbl.add(*r)
 		}()
@@ -123,15 +125,24 @@ func (s *suite) run(t *testing.T) {
 	s.fault(t, "API server down "+s.d.outage.String(), s.apiOutage)
 	s.fault(t, "endpoint churn "+s.d.churn.String(), s.churn)
 	s.fault(t, "Services created/deleted "+s.d.createDelete.String(), s.createDelete)
-	for _, dmg := range damages(c.v) {
-		s.faultCounted(t, dmg.name, true, func(t *testing.T, r *row) { s.repair(t, r, dmg) })
+	if c.v.ebpf() {
+		// No rules to damage: the maps and links instead (ebpf_test.go).
+		s.ebpfDamages(t)
+	} else {
+		for _, dmg := range damages(c.v) {
+			s.faultCounted(t, dmg.name, true, func(t *testing.T, r *row) { s.repair(t, r, dmg) })
+		}
 	}
 	// The issue's pass condition: the cause logged, the rules intact,
 	// retries with backoff (s.refused checks them). Failed probes are
 	// counted, not a failure: in one run of 18, one LoadBalancer probe of
 	// about 2,200 failed while kpng wrote nothing, and kube-proxy lost
 	// probes in the same run of the same fault (docs/reliability.md).
-	s.faultCounted(t, "kernel refuses a transaction", true, s.refused)
+	if c.v.ebpf() {
+		s.faultCounted(t, "kernel refuses a transaction", true, s.refusedMap)
+	} else {
+		s.faultCounted(t, "kernel refuses a transaction", true, s.refused)
+	}
 	if c.v.split {
 		s.fault(t, "gRPC garbage, huge, slow; idle conns", s.grpcAbuse)
 	}
@@ -571,8 +582,24 @@ func (s *suite) repair(t *testing.T, r *row, dmg damage) {
 // The proxy must log the cause, keep the other family's rules (the IPv4
 // probes), retry with backoff, and repair once the owner is gone.
 func (s *suite) refused(t *testing.T, r *row) {
-	c, n1 := s.c, s.c.node("node-1")
-	p := c.procs[n1]
+	s.refusedBy(t, r, func(t *testing.T) refusal { return s.ownerTable(t, s.c.node("node-1")) })
+}
+
+// refusal is the kernel refusing the proxy's writes, as a fault makes it.
+type refusal struct {
+	// release makes the kernel accept the proxy's writes again; it may be
+	// called more than once.
+	release func()
+	// repaired reports whether the dataplane is whole again.
+	repaired func() bool
+	// errno matches the kernel's error where the proxy's log quotes it.
+	errno string
+}
+
+// ownerTable makes the kernel refuse the proxy's transactions of node n's
+// IPv6 table (see refused).
+func (s *suite) ownerTable(t *testing.T, n1 *netlab.Node) refusal {
+	c := s.c
 	table := "nat"
 	switch {
 	case c.v.nftables() && c.v.kubeProxy:
@@ -584,15 +611,16 @@ func (s *suite) refused(t *testing.T, r *row) {
 	// The owner: nft reading commands from a pipe, its netlink socket open
 	// until the pipe closes. One line is one transaction.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	owner := n1.NS.Command(ctx, "nft", "-i")
 	stdin, err := owner.StdinPipe()
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	var ownerOut strings.Builder
 	owner.Stdout, owner.Stderr = &ownerOut, &ownerOut
 	if err := owner.Start(); err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	closed := false
@@ -601,10 +629,10 @@ func (s *suite) refused(t *testing.T, r *row) {
 			closed = true
 			stdin.Close()
 			owner.Wait()
+			cancel()
 		}
 	}
-	defer release()
-	mark := p.Mark()
+	t.Cleanup(release)
 	if _, err := fmt.Fprintf(stdin, "delete table ip6 %s; add table ip6 %s { flags owner; }\n", table, table); err != nil {
 		t.Fatal(err)
 	}
@@ -618,6 +646,24 @@ func (s *suite) refused(t *testing.T, r *row) {
 		}
 		time.Sleep(10 * time.Millisecond) // polling the kernel
 	}
+	return refusal{
+		release:  release,
+		repaired: func() bool { return ruleCount(t, n1) >= before },
+		errno:    `operation not permitted|EPERM`,
+	}
+}
+
+// refusedBy runs a refusal that refuse starts: the proxy's writes are
+// refused while a Service changes every second, then accepted again. The
+// proxy must log the cause (the kernel's errno), keep what it wrote
+// before (the probes), retry with backoff, and repair once the writes are
+// accepted, at its next retry.
+func (s *suite) refusedBy(t *testing.T, r *row, refuse func(t *testing.T) refusal) {
+	c, n1 := s.c, s.c.node("node-1")
+	p := c.procs[n1]
+	mark := p.Mark()
+	ref := refuse(t)
+	defer ref.release()
 
 	changes := 0
 	change := func() { changes++; s.toggleChurn(t) }
@@ -645,7 +691,7 @@ func (s *suite) refused(t *testing.T, r *row) {
 	// may put a multi-line error on the following lines), else the error
 	// of the first failure.
 	cause := "not named"
-	if m := regexp.MustCompile(`(?i)[^"\n]*?(operation not permitted|EPERM)[^"\n]*`).FindStringSubmatchIndex(since); m != nil {
+	if m := regexp.MustCompile(`(?i)[^"\n]*?(` + ref.errno + `)[^"\n]*`).FindStringSubmatchIndex(since); m != nil {
 		// The words around the errno: what failed, and why.
 		from, to := max(m[0], m[2]-60), min(m[1], m[3]+40)
 		cause = strings.TrimSpace(since[from:to])
@@ -671,15 +717,16 @@ func (s *suite) refused(t *testing.T, r *row) {
 		}
 	}
 
-	// The owner goes, and its table with it: the proxy repairs.
-	release()
+	// The refusal ends (the owner table goes with its owner; the filler
+	// of a map is deleted): the proxy repairs.
 	fixed := time.Now()
-	// When the owner left, to set beside a probe's failure (its time is in
-	// the row).
-	t.Logf("the owner of the table left at %s", fixed.Format("15:04:05.000"))
-	for ruleCount(t, n1) < before {
+	ref.release() // a filler's deletion takes a while: the repair may come meanwhile
+	// When the refusal ended, to set beside a probe's failure (its time
+	// is in the row).
+	t.Logf("the refusal ended at %s, in %v", fixed.Format("15:04:05.000"), time.Since(fixed).Round(time.Millisecond))
+	for !ref.repaired() {
 		if time.Since(fixed) > 2*time.Minute {
-			r.problems = append(r.problems, "not repaired 2 minutes after the owner of the table left")
+			r.problems = append(r.problems, "not repaired 2 minutes after the refusal ended")
 			break
 		}
 		select {
@@ -689,12 +736,12 @@ func (s *suite) refused(t *testing.T, r *row) {
 		}
 	}
 	repaired := time.Since(fixed)
-	// The repair is due at the retry that follows the owner's leaving: at
+	// The repair is due at the retry that follows the refusal's end: at
 	// most the last wait logged, plus that sync's own time (both grow on a
 	// loaded machine: a wait is at least as long as the failed sync took).
 	due := maxRetry + time.Second
 	if !c.v.kubeProxy {
-		// The end of the first sync that succeeded after the owner left,
+		// The end of the first sync that succeeded after the refusal ended,
 		// as kpng logs it: the polling above is late by up to one poll.
 		out := p.Output()
 		since := out[min(mark, len(out)):]
@@ -713,7 +760,7 @@ func (s *suite) refused(t *testing.T, r *row) {
 			}
 		}
 	}
-	r.measured = fmt.Sprintf("%d refusals logged in %v (%d failed syncs) under %d changes, cause: %q; repaired %v after the owner left",
+	r.measured = fmt.Sprintf("%d refusals logged in %v (%d failed syncs) under %d changes, cause: %q; repaired %v after the refusal ended",
 		len(refusals), observe, len(syncFails), changes, cause, repaired.Round(10*time.Millisecond))
 	if len(waits) > 0 {
 		r.measured += fmt.Sprintf("; retries %v apart", waits)
@@ -726,13 +773,13 @@ func (s *suite) refused(t *testing.T, r *row) {
 		}
 		// Backoff: the waits between retries grow, up to the bound of
 		// kpng's backends (1 s, or as long as the failed sync took),
-		// which bounds the repair once the owner is gone (the kernel
+		// which bounds the repair once the refusal ended (the kernel
 		// tells no one of that).
 		if len(waits) < 3 || waits[len(waits)-1] <= waits[0] {
 			r.problems = append(r.problems, fmt.Sprintf("no backoff: retries %v apart", waits))
 		}
 		if repaired > due {
-			r.problems = append(r.problems, fmt.Sprintf("repaired %v after the owner left (> %v: the last retry wait, plus the repairing sync's time)", repaired.Round(10*time.Millisecond), due.Round(10*time.Millisecond)))
+			r.problems = append(r.problems, fmt.Sprintf("repaired %v after the refusal ended (> %v: the last retry wait, plus the repairing sync's time)", repaired.Round(10*time.Millisecond), due.Round(10*time.Millisecond)))
 		}
 	}
 }

@@ -22,13 +22,20 @@ type row struct {
 	measured string
 	// problems are the pass conditions not met; none is a pass.
 	problems []string
+	// gap is a pass condition that kpng does not meet yet, known and
+	// documented: the suite expects what kpng does instead (and fails
+	// once it does otherwise, so that the gap is struck when closed).
+	gap string
 }
 
 func (r row) verdict() string {
-	if len(r.problems) == 0 {
-		return "pass"
+	switch {
+	case len(r.problems) > 0:
+		return "FAIL: " + strings.Join(r.problems, "; ")
+	case r.gap != "":
+		return "known gap: " + r.gap
 	}
-	return "FAIL: " + strings.Join(r.problems, "; ")
+	return "pass"
 }
 
 // table collects the rows of a run.
@@ -94,6 +101,34 @@ in that form. kpng's cells are asserted by the suite; kube-proxy's are measured
 through the same cases, as the reference.
 
 `)
+	if slices.ContainsFunc(vs, variant.ebpf) {
+		fmt.Fprintf(&b, `kpng's ebpf backend runs in a lab with a cgroup v2 per node, where the pods'
+and the node's clients open their sockets, and with --sync-period=%v (30 s by
+default). It writes no firewall rules: "table deleted", "chain flushed" and
+"rule deleted" are n/a for it, and its equivalents are rows of their own. The
+kernel notifies no change of a BPF map, so what is damaged by hand is repaired
+by the periodic sync, which reads the services map back: each damage must be
+repaired at the first periodic sync after it, within the sync period plus
+%v, and the probes that fail until then are counted. "services map emptied":
+every frontend of node-1's pinned kpng_services deleted, as a table deleted;
+"one frontend deleted": the ClusterIP TCP probe's, as one rule deleted;
+"pinned links removed": the pins of node-1's connect4 link (on its cgroup) and
+of its uplink's tcx ingress link deleted, which detaches those programs (kpng
+holds no other reference to a link), as an rm in /sys/fs/bpf would. "kernel
+refuses a transaction" is, for it, node-1's kpng_slots map filled to
+max_entries with sets no frontend names, so that the kernel refuses every
+write of a Service's new backend set (E2BIG, a cluster outgrowing the map),
+with the same pass conditions; the repair follows the filler's deletion.
+
+`, ebpfSyncPeriod, ebpfRepairSlack)
+	}
+	if slices.ContainsFunc(tb.rows, func(r row) bool { return r.gap != "" }) {
+		b.WriteString(`A "known gap" is a pass condition kpng does not meet yet, and says what it does
+instead; the suite checks that, and fails once it changes, so that the gap is
+struck when closed.
+
+`)
+	}
 	b.WriteString("| fault |")
 	for _, v := range vs {
 		b.WriteString(" " + v.form() + " |")
