@@ -2,8 +2,9 @@
 # faults.sh runs the whole fault suite (test/e2e/faults) and writes
 # docs/reliability.md from what it measured: every fault at the issue's
 # durations (60 s of endpoint churn, Services created and deleted at 20/s
-# for 60 s, a 30 s API-server outage, ...), for kpng's nft and iptables
-# backends in one process and behind a brain serving node agents over gRPC,
+# for 60 s, a 30 s API-server outage, ...), for kpng's nft, iptables and
+# ebpf backends in one process and behind a brain serving node agents over
+# gRPC (ebpf in labs with a cgroup v2 per node),
 # and for upstream kube-proxy (nftables and iptables modes, built from the
 # pinned module by hack/install-test-deps.sh) through the same cases with
 # the same harness, side by side. As root:
@@ -40,7 +41,7 @@ tmp=$(mktemp)
 trap 'rm -f "${tmp}"' EXIT
 status=0
 KPNG_FAULTS_FULL=1 \
-	KPNG_FAULTS_VARIANTS=${KPNG_FAULTS_VARIANTS:-nft,nft-split,iptables,iptables-split,kube-proxy-nftables,kube-proxy-iptables} \
+	KPNG_FAULTS_VARIANTS=${KPNG_FAULTS_VARIANTS:-nft,nft-split,iptables,iptables-split,ebpf,ebpf-split,kube-proxy-nftables,kube-proxy-iptables} \
 	KPNG_FAULTS_MARKDOWN="${tmp}" \
 	KPNG_FAULTS_COMMIT="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!docs' || echo ' (with local changes)')" \
 	go test -tags e2e -count=1 -run '^TestFaults$' -v -timeout 3h ./test/e2e/faults/ || status=$?
