@@ -386,3 +386,35 @@ func TestRestartKeepsTrafficAndRemovesStale(t *testing.T) {
 		t.Errorf("ipsets after cleanup: %q, %v", out, err)
 	}
 }
+
+func TestDummyDeletedAsksForARepair(t *testing.T) {
+	n := startNode1(t, nil)
+	web := service("default", "web", "10.96.0.10", withEndpoints(ep(podA, 8080, true)))
+	n.sync(web)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	resyncNow := make(chan struct{}, 1)
+	if err := n.node.Do(func() error { return watchDummy(ctx, resyncNow) }); err != nil {
+		t.Fatal(err)
+	}
+	// What removing kube-proxy's leftovers does: ipvsadm -C, and
+	// kube-ipvs0 deleted.
+	if out, err := n.node.Run("ipvsadm", "-C"); err != nil {
+		t.Fatalf("ipvsadm -C: %v: %s", err, out)
+	}
+	if out, err := n.node.Run("ip", "link", "del", DummyInterface); err != nil {
+		t.Fatalf("ip link del: %v: %s", err, out)
+	}
+	select {
+	case <-resyncNow:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no resync asked for 10s after kube-ipvs0 was deleted")
+	}
+	n.syncChanges(stateOf(web), backend.Changes{Resync: true})
+	if !n.b.LastSyncFull() {
+		t.Error("the resync did not rewrite IPVS")
+	}
+	if r := n.node.TCP(ap("10.96.0.10:80")); r.Outcome != netlab.OK || r.Pod != "pod-a" {
+		t.Errorf("web after the repair: %v", r)
+	}
+}

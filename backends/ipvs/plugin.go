@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
+	"os"
 	"sync"
 	"time"
 
@@ -134,6 +135,10 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, ba
 	if err := cfg.validate(); err != nil {
 		return nil, backend.Options{}, err
 	}
+	cfg.IPFamilies = availableFamilies(ctx, cfg.IPFamilies)
+	if len(cfg.IPFamilies) == 0 {
+		return nil, backend.Options{}, errors.New("no IP family can be programmed")
+	}
 	c, err := ipvs.New()
 	if err != nil {
 		return nil, backend.Options{}, fmt.Errorf("IPVS (is the ip_vs module available?): %w", err)
@@ -152,7 +157,30 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, ba
 	}
 	opts.MinSyncPeriod, opts.ResyncPeriod = cfg.MinSyncPeriod, cfg.SyncPeriod
 	opts.LastSyncFull = b.LastSyncFull
+	resyncNow := make(chan struct{}, 1)
+	if err := watchDummy(ctx, resyncNow); err != nil {
+		klog.FromContext(ctx).Info("Cannot watch kube-ipvs0; repairs wait for the periodic sync", "err", err)
+	} else {
+		opts.ResyncNow = resyncNow
+	}
 	return b, opts, nil
+}
+
+// availableFamilies drops IPv6 from families when the node has none
+// (disabled, or a kernel without it): a node without IPv6 still proxies
+// IPv4, as kube-proxy runs only the proxiers it can.
+func availableFamilies(ctx context.Context, families []string) []string {
+	var out []string
+	for _, f := range families {
+		if f == "ipv6" {
+			if _, err := os.Stat("/proc/sys/net/ipv6/conf/all/forwarding"); err != nil {
+				klog.FromContext(ctx).Error(err, "IP family unavailable, not programming it", "family", f)
+				continue
+			}
+		}
+		out = append(out, f)
+	}
+	return out
 }
 
 // setupKernel sets what kube-proxy's ipvs mode sets once: IPVS's
