@@ -460,7 +460,9 @@ func damages(v variant) []damage {
 		chain = "KUBE-SERVICES"
 	}
 	return []damage{
-		{name: "table deleted", argv: [][]string{{"iptables", "-w", "5", "-t", "nat", "-F"}, {"iptables", "-w", "5", "-t", "nat", "-X"}}},
+		// At once, as nft's table delete: with -F then -X, a proxy that
+		// repairs the flush between the two makes -X fail (EBUSY).
+		{name: "table deleted", argv: [][]string{{"sh", "-c", "printf '*nat\\nCOMMIT\\n' | iptables-restore -w 5"}}},
 		{name: "chain flushed", argv: [][]string{{"iptables", "-w", "5", "-t", "nat", "-F", chain}}},
 		{name: "rule deleted", argv: [][]string{{"iptables", "-w", "5", "-t", "nat", "-D", "PREROUTING", "1"}}},
 	}
