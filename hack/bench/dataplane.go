@@ -48,10 +48,11 @@ type ProbeResult struct {
 // cgroup and a network namespace without the bench entering either.
 const probeCommand = "probe-client"
 
-// probeRounds is how many times the probe client alternates its targets:
-// each sees the same machine load, which on a shared machine moves more
-// in a few seconds than the few per cent compared.
-const probeRounds = 10
+// probeRounds is how many times the probe client alternates its targets
+// (100 ms each in a 3 s probe): each sees the same machine load, which on
+// a shared machine moves more in a few seconds than the few per cent
+// compared.
+const probeRounds = 30
 
 // servePod listens on the probe pod's address in namespace ns and accepts
 // (and closes) connections until the listener is closed.

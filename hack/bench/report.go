@@ -826,6 +826,10 @@ func writePlots(dir string, results []*SizeResult) ([]string, error) {
 			[]panel{{"", probe(0, func(p ProbeResult) float64 { return p.P50Micros })}}, true},
 		{"dataplane-rate.png", "New TCP connections per second to a ClusterIP, one at a time", "connections per second",
 			[]panel{{"", probe(0, func(p ProbeResult) float64 { return p.PerSecond })}}, true},
+		{"dataplane-ratio.png", "TCP connect time p50 to a ClusterIP / to the pod IP, from the same node", "ratio",
+			[]panel{{"", connectRatio}}, true},
+		{"bpf-maps.png", "kpng-ebpf: the BPF maps' memory (the kernel's memlock accounting) at the end of the run", "MiB",
+			[]panel{{"", func(p *ProxyResult) float64 { return nz(p.BPFMapsMB) }}}, true},
 	}
 	var files []string
 	for _, f := range figs {

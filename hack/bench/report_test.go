@@ -115,7 +115,7 @@ func TestReport(t *testing.T) {
 		}
 	}
 	for _, f := range []string{"network-programming-p99.png", "sync-duration-p50.png", "cpu-churn.png", "rss.png",
-		"cold-start.png", "dataplane-connect.png", "dataplane-rate.png"} {
+		"cold-start.png", "dataplane-connect.png", "dataplane-rate.png", "dataplane-ratio.png", "bpf-maps.png"} {
 		in, err := os.Open(filepath.Join(dir, "docs", "bench", f))
 		if err != nil {
 			t.Error(err)
