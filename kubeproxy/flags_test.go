@@ -388,3 +388,21 @@ func TestOwnModes(t *testing.T) {
 		t.Errorf("without an ebpf backend, mode ebpf was accepted")
 	}
 }
+
+// An --ipvs-* flag is a warning outside ipvs mode, where kube-proxy does
+// not read it either, and applies without one in ipvs mode.
+func TestIPVSFlagsWarnOutsideIPVSMode(t *testing.T) {
+	_, warnings, err := proxyArgs(t, "--proxy-mode", "nftables", "--ipvs-scheduler", "lc")
+	if err != nil || !slices.ContainsFunc(warnings, func(w string) bool {
+		return strings.Contains(w, `--ipvs-scheduler has no effect in mode "nftables"`)
+	}) {
+		t.Errorf("mode nftables: err %v, warnings %q", err, warnings)
+	}
+	c, warnings, err := proxyArgs(t, "--proxy-mode", "ipvs", "--ipvs-scheduler", "lc")
+	if err != nil || slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, "ipvs-scheduler") }) {
+		t.Errorf("mode ipvs: err %v, warnings %q", err, warnings)
+	}
+	if err == nil && c.IPVS.Scheduler != "lc" {
+		t.Errorf("mode ipvs: scheduler %q, want lc", c.IPVS.Scheduler)
+	}
+}

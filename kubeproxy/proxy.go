@@ -126,7 +126,7 @@ func resolveConfig(fs *pflag.FlagSet, flags *Flags, backendFor func(config.Proxy
 		}
 	}
 	warnings = append(warnings, flags.deprecatedPorts(fs, c)...)
-	warnings = append(warnings, unusedFlags(fs, applied)...)
+	warnings = append(warnings, unusedFlags(fs, applied, c.Mode)...)
 	checked, invalid, err := config.CheckModes(c, ownModes...)
 	if err != nil {
 		if flags.configFile != "" {

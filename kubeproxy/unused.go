@@ -20,12 +20,13 @@ import (
 const kubeProxyConfigSyncPeriod = 15 * time.Minute
 
 // unusedFlags returns a warning for each flag given on fs that changes
-// nothing in kpng; applied are the configuration flags that were applied.
-func unusedFlags(fs *pflag.FlagSet, applied []string) []string {
+// nothing in kpng; applied are the configuration flags that were applied,
+// mode the configuration's.
+func unusedFlags(fs *pflag.FlagSet, applied []string, mode config.ProxyMode) []string {
 	var warnings []string
 	for _, name := range applied {
-		if strings.HasPrefix(name, "ipvs-") {
-			warnings = append(warnings, fmt.Sprintf("--%s has no effect: kpng has no ipvs mode (kube-proxy reads it only in ipvs mode)", name))
+		if strings.HasPrefix(name, "ipvs-") && mode != config.ProxyModeIPVS {
+			warnings = append(warnings, fmt.Sprintf("--%s has no effect in mode %q (kube-proxy reads it only in ipvs mode)", name, mode))
 		}
 	}
 	for _, name := range []string{"boot-id-file", "machine-id-file"} {

@@ -250,13 +250,13 @@ func TestConfigErrorsExitNonZero(t *testing.T) {
 	cases := map[string]string{
 		"v1alpha1 invalid value": "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\noomScoreAdj: 5000\n",
 		"v1alpha2 unknown field": "apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: KubeProxyConfiguration\nmasqueradeAll: true\n",
-		"ipvs mode":              "apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: KubeProxyConfiguration\nmode: ipvs\n",
+		"Windows mode":           "apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: KubeProxyConfiguration\nmode: kernelspace\n",
 		"v1alpha1 sync periods that disagree": "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\n" +
 			"nftables:\n  syncPeriod: 20s\niptables:\n  syncPeriod: 10s\n",
 		"v1alpha2 duplicate field": "apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: KubeProxyConfiguration\nlinux:\n  conntrack:\n    min: 1\n    min: 2\n",
 		"v1alpha2 wrong type":      "apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: KubeProxyConfiguration\nlinux:\n  conntrack:\n    maxPerCore: many\n",
 	}
-	want := map[string]string{"v1alpha1 invalid value": "linux.oomScoreAdj", "v1alpha2 unknown field": "masqueradeAll", "ipvs mode": "no ipvs backend",
+	want := map[string]string{"v1alpha1 invalid value": "linux.oomScoreAdj", "v1alpha2 unknown field": "masqueradeAll", "Windows mode": `mode: Unsupported value: "kernelspace"`,
 		"v1alpha1 sync periods that disagree": "iptables.syncPeriod: Invalid value: \"10s\": disagrees with nftables.syncPeriod (20s)",
 		"v1alpha2 duplicate field":            `duplicate field "linux.conntrack.min"`,
 		"v1alpha2 wrong type":                 `field "linux.conntrack.maxPerCore": invalid value "many"`}
