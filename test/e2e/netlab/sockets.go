@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -43,6 +44,11 @@ func init() {
 // returns when the test process closes its end.
 func serveSockets(f *os.File) int {
 	fd := int(f.Fd())
+	// f is not used past this line: without this, a garbage collection
+	// runs f's finalizer, which closes fd under the loop, and the next
+	// socket takes its number (the maker then answers on that socket and
+	// dies: EDESTADDRREQ, after some thousands of requests).
+	defer runtime.KeepAlive(f)
 	req := make([]byte, 16)
 	for {
 		n, _, _, _, err := unix.Recvmsg(fd, req, nil, 0)
