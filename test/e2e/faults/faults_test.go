@@ -73,10 +73,17 @@ func (s *suite) fault(t *testing.T, name string, f func(t *testing.T, r *row)) {
 func (s *suite) faultCounted(t *testing.T, name string, counted bool, f func(t *testing.T, r *row)) {
 	t.Run(strings.ReplaceAll(name, " ", "-"), func(t *testing.T) {
 		r := &row{variant: s.c.v, fault: name}
-		run := s.c.startProbes(t)
 		n1 := s.c.node("node-1")
 		mark := s.c.procs[n1].Mark()
+		var run *probeRun
 		defer func() {
+			if run == nil {
+				// The traffic never started (the dataplane was broken
+				// before the fault): a row all the same.
+				r.problems = append(r.problems, "the probes did not answer before the fault (see the test log)")
+				s.tbl.add(*r)
+				return
+			}
 			if os.Getenv("KPNG_FAULTS_DEBUG") != "" {
 				t.Logf("node-1's proxy log during the fault:\n%s", s.c.procs[n1].Output()[mark:])
 			}
@@ -106,6 +113,7 @@ func (s *suite) faultCounted(t *testing.T, name string, counted bool, f func(t *
 			}
 			s.tbl.add(*r)
 		}()
+		run = s.c.startProbes(t)
 		f(t, r)
 		time.Sleep(tail) // probe traffic, not a wait for a condition
 	})
