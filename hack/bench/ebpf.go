@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/kpng/kpng/internal/cgrouptest"
+	"github.com/kpng/kpng/internal/netnstest"
 )
 
 // ebpfInterfaces are where kpng-ebpf attaches its north-south (tcx)
@@ -58,6 +59,7 @@ func newEBPFNode(tb *runTB, what string) (*ebpfNode, error) {
 	} else if len(swept) > 0 {
 		logf("removed what dead runs left: %s", strings.Join(swept, " "))
 	}
+	sweepMountFolders(what)
 	pattern, err := cgrouptest.Name(what)
 	if err != nil {
 		return nil, err
@@ -81,6 +83,23 @@ func newEBPFNode(tb *runTB, what string) (*ebpfNode, error) {
 		}
 	})
 	return &ebpfNode{root: root, cgroup: cg, bpffs: bpffs, pinPath: filepath.Join(bpffs, "kpng")}, nil
+}
+
+// sweepMountFolders removes the folders a killed run mounted on: the
+// mounts went with the bench's mount namespace (`ip netns exec` makes
+// one), which cgrouptest.Sweep, reading this namespace's mounts, cannot
+// see, but the empty folders stay in the temporary folder. Only a dead
+// run's, and only empty folders (rmdir).
+func sweepMountFolders(what string) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), netnstest.Prefix+"*-"+what+"-*"))
+	for _, d := range dirs {
+		if netnstest.RunAlive(netnstest.RunOf(filepath.Base(d))) {
+			continue
+		}
+		if err := os.Remove(d); err == nil {
+			logf("removed %s, left by a dead run", d)
+		}
+	}
 }
 
 // check fails unless the node's cgroup is still a strict descendant of
