@@ -5,7 +5,6 @@ package services
 import (
 	"fmt"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,16 +33,12 @@ func TestEndpointChurnBreaksNoTraffic(t *testing.T) {
 		})
 		podA, n1, ext := c.pod("pod-a"), c.node("node-1"), c.lab.External
 
-		type probe struct {
-			name string
-			dial func() netlab.Result
-		}
-		var probes []probe
+		var probes []trafficProbe
 		for _, fam := range families {
 			for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
 				probes = append(probes,
-					probe{fmt.Sprintf("%s %s pod-a -> churn ClusterIP", ipv(fam), proto), dialer(&podA.Host, proto, netlab.ClusterIP(churn, fam, 80), answerTimeout)},
-					probe{fmt.Sprintf("%s %s external -> steady NodePort on node-1", ipv(fam), proto), dialer(ext, proto, netip.AddrPortFrom(n1.Addr(fam), 30081), answerTimeout)},
+					trafficProbe{fmt.Sprintf("%s %s pod-a -> churn ClusterIP", ipv(fam), proto), dialer(&podA.Host, proto, netlab.ClusterIP(churn, fam, 80), answerTimeout)},
+					trafficProbe{fmt.Sprintf("%s %s external -> steady NodePort on node-1", ipv(fam), proto), dialer(ext, proto, netip.AddrPortFrom(n1.Addr(fam), 30081), answerTimeout)},
 				)
 			}
 		}
@@ -51,35 +46,7 @@ func TestEndpointChurnBreaksNoTraffic(t *testing.T) {
 			netlab.Eventually(t, settle, p.dial, netlab.Answered())
 		}
 
-		var (
-			mu       sync.Mutex
-			sent     = map[string]int{}
-			failures = map[string][]netlab.Result{}
-			stop     = make(chan struct{})
-			wg       sync.WaitGroup
-		)
-		for _, p := range probes {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				tick := time.NewTicker(20 * time.Millisecond)
-				defer tick.Stop()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-tick.C:
-					}
-					r := p.dial()
-					mu.Lock()
-					sent[p.name]++
-					if r.Outcome != netlab.OK {
-						failures[p.name] = append(failures[p.name], r)
-					}
-					mu.Unlock()
-				}
-			}()
-		}
+		run := startProbes(probes)
 
 		// The third endpoint (pod-a, not ready) comes and goes ten times a
 		// second for 20 s, as the cluster did once a second: its
@@ -111,8 +78,7 @@ func TestEndpointChurnBreaksNoTraffic(t *testing.T) {
 			changes++
 		}
 		churnTick.Stop()
-		close(stop)
-		wg.Wait()
+		sent, failures := run.stop(t)
 
 		total, failed := 0, 0
 		for _, p := range probes {

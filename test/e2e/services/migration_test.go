@@ -35,13 +35,13 @@ func TestMigration(t *testing.T) {
 				s.SetEndpoints(np, netlab.Ready(l.Pod("pod-a"), l.Pod("pod-c"))...)
 			})
 			podA, ext := c.pod("pod-a"), c.lab.External
-			var probes []migrationProbe
+			var probes []trafficProbe
 			for _, fam := range families {
 				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
-					probes = append(probes, migrationProbe{fmt.Sprintf("%s %s pod-a -> ClusterIP", ipv(fam), proto), dialer(&podA.Host, proto, netlab.ClusterIP(web, fam, 80), answerTimeout)})
+					probes = append(probes, trafficProbe{fmt.Sprintf("%s %s pod-a -> ClusterIP", ipv(fam), proto), dialer(&podA.Host, proto, netlab.ClusterIP(web, fam, 80), answerTimeout)})
 				}
 				for _, n := range c.lab.Nodes {
-					probes = append(probes, migrationProbe{fmt.Sprintf("%s TCP external -> NodePort of %s", ipv(fam), n.Name), dialer(ext, netlab.TCP, netip.AddrPortFrom(n.Addr(fam), 30082), answerTimeout)})
+					probes = append(probes, trafficProbe{fmt.Sprintf("%s TCP external -> NodePort of %s", ipv(fam), n.Name), dialer(ext, netlab.TCP, netip.AddrPortFrom(n.Addr(fam), 30082), answerTimeout)})
 				}
 			}
 			for _, p := range probes {
@@ -103,7 +103,7 @@ func TestMigration(t *testing.T) {
 			for _, p := range probes {
 				netlab.Eventually(t, settle, p.dial, netlab.Answered())
 			}
-			sent, failures := run.stop()
+			sent, failures := run.stop(t)
 			total := 0
 			for _, p := range probes {
 				total += sent[p.name]
@@ -116,22 +116,28 @@ func TestMigration(t *testing.T) {
 	}
 }
 
-type migrationProbe struct {
+// trafficProbe is one kind of traffic a test keeps sending.
+type trafficProbe struct {
 	name string
 	dial func() netlab.Result
 }
 
-// probeRun sends each probe every 20 ms until stop.
+// probeRun sends each probe every 20 ms until stop. A probe that times
+// out while the test process stood still is sent again (netlab.StallWatch):
+// the last result counts, and the resends are logged by stop.
 type probeRun struct {
 	mu       sync.Mutex
 	sent     map[string]int
 	failures map[string][]netlab.Result
+	resent   map[string]int
+	stalls   *netlab.StallWatch
 	done     chan struct{}
 	wg       sync.WaitGroup
 }
 
-func startProbes(probes []migrationProbe) *probeRun {
-	r := &probeRun{sent: map[string]int{}, failures: map[string][]netlab.Result{}, done: make(chan struct{})}
+func startProbes(probes []trafficProbe) *probeRun {
+	r := &probeRun{sent: map[string]int{}, failures: map[string][]netlab.Result{}, resent: map[string]int{},
+		stalls: netlab.WatchStalls(), done: make(chan struct{})}
 	for _, p := range probes {
 		r.wg.Add(1)
 		go func() {
@@ -144,9 +150,10 @@ func startProbes(probes []migrationProbe) *probeRun {
 					return
 				case <-tick.C:
 				}
-				res := p.dial()
+				res, resent := r.stalls.Probe(p.dial, answerTimeout)
 				r.mu.Lock()
 				r.sent[p.name]++
+				r.resent[p.name] += resent
 				if res.Outcome != netlab.OK {
 					r.failures[p.name] = append(r.failures[p.name], res)
 				}
@@ -157,9 +164,19 @@ func startProbes(probes []migrationProbe) *probeRun {
 	return r
 }
 
-func (r *probeRun) stop() (map[string]int, map[string][]netlab.Result) {
+// stop ends the traffic and returns the probes sent and the failures of
+// each; it logs the probes sent again after a stall.
+func (r *probeRun) stop(t *testing.T) (map[string]int, map[string][]netlab.Result) {
+	t.Helper()
 	close(r.done)
 	r.wg.Wait()
+	r.stalls.Stop()
+	for name, n := range r.resent {
+		if n > 0 {
+			longest, _ := r.stalls.Longest()
+			t.Logf("%s: %d probes sent again after timing out while the test process stood still (longest stall %v)", name, n, longest.Round(time.Millisecond))
+		}
+	}
 	return r.sent, r.failures
 }
 
