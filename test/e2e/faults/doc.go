@@ -13,9 +13,10 @@
 // kpng's ebpf backend runs in labs with a cgroup v2 per node (its socket
 // programs attach to the node's cgroup, never the machine's root), and has
 // no rules to damage: its faults by hand are its pinned services map
-// emptied, one frontend deleted, and the pins of two of its links
-// removed (which detaches them), each to be repaired at the first
-// periodic sync after it; the kernel refusing its writes is its slots
+// emptied, one frontend deleted, one backend slot deleted, and the pins
+// of two of its links removed (which detaches them), each to be repaired
+// at the first periodic sync after it (two are known gaps: the rows say
+// what to-ebpf does instead); the kernel refusing its writes is its slots
 // map filled to max_entries (ebpf_test.go).
 //
 // # Running
@@ -24,10 +25,10 @@
 //
 //	go test -tags e2e ./test/e2e/faults/
 //
-// runs the fast subset that CI runs: short faults, for kpng's nft backend
-// in one process and its iptables backend behind a brain. hack/faults.sh
-// runs the full set (the durations, every form of both backends,
-// and upstream kube-proxy through the same cases) and writes
+// runs the fast subset that CI runs: short faults, for kpng's nft and ebpf
+// backends in one process and its iptables backend behind a brain.
+// hack/faults.sh runs the full set (the durations, every form of
+// every backend, and upstream kube-proxy through the same cases) and writes
 // docs/reliability.md. Environment:
 //
 //	KPNG_FAULTS_VARIANTS  comma-separated: nft, iptables, ebpf,

@@ -111,7 +111,9 @@ by the periodic sync, which reads the services map back: each damage must be
 repaired at the first periodic sync after it, within the sync period plus
 %v, and the probes that fail until then are counted. "services map emptied":
 every frontend of node-1's pinned kpng_services deleted, as a table deleted;
-"one frontend deleted": the ClusterIP TCP probe's, as one rule deleted;
+"one frontend deleted": the ClusterIP TCP probe's, as one rule deleted; "one
+backend slot deleted": a slot of that frontend's set in kpng_slots, as one
+rule of a Service's endpoints deleted;
 "pinned links removed": the pins of node-1's connect4 link (on its cgroup) and
 of its uplink's tcx ingress link deleted, which detaches those programs (kpng
 holds no other reference to a link), as an rm in /sys/fs/bpf would. "kernel
