@@ -90,9 +90,10 @@ func frontendKey(addr [16]byte, port uint16, proto uint8) []byte {
 // proxy takes to write them back, polling the map (the kernel has no event
 // for the test to wait on either). The pass condition: repaired at the
 // first periodic sync after the damage, within ebpfSyncPeriod plus
-// ebpfRepairSlack. Probes to the deleted frontends time out meanwhile (not
-// rewritten, the connection leaves for the node's gateway, which drops
-// it): they are counted.
+// ebpfRepairSlack. Probes to the deleted frontends fail meanwhile, and
+// are counted: from a pod they time out (not rewritten, the connection
+// leaves for the node's gateway, which drops it), from outside a node port
+// is refused (the tc program passes the packet to the node's stack).
 func (s *suite) repairMap(t *testing.T, r *row, one bool) {
 	n1 := s.c.node("node-1")
 	p := s.c.procs[n1]
