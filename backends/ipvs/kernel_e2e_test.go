@@ -162,7 +162,9 @@ func TestPackets(t *testing.T) {
 		withPorts(&localv1.ServicePort{Name: "http", Protocol: localv1.Protocol_UDP, Port: 53, TargetPort: 8080}),
 		withEndpoints(&localv1.Endpoint{PortName: "http", Protocol: localv1.Protocol_UDP, Ip: podC, Port: 8080, Ready: true, Serving: true, InClusterSet: true}))
 	self := service("default", "self", "10.96.0.14", withEndpoints(ep(podA, 8080, true)))
-	n.sync(web, local, empty, sticky, dns, self)
+	remote := service("default", "remote", "10.96.0.15", withNodePort(30085), withEndpoints(ep(podC, 8080, false)))
+	remote.Service.ExternalTrafficPolicy = localv1.TrafficPolicy_LOCAL
+	n.sync(web, local, empty, sticky, dns, self, remote)
 
 	t.Run("cluster IP from the node reaches every endpoint", func(t *testing.T) {
 		got := answeredBy(t, &n.node.Host, netlab.TCP, ap("10.96.0.10:80"), 4)
@@ -225,6 +227,11 @@ func TestPackets(t *testing.T) {
 		}
 		if r := ext.TCP(ap("192.168.77.10:30082")); r.Outcome != netlab.Refused {
 			t.Errorf("node port without endpoints: %v, want refused", r)
+		}
+	})
+	t.Run("Local policy, endpoints elsewhere only: dropped", func(t *testing.T) {
+		if r := ext.Dial(netlab.TCP, ap("192.168.77.10:30085"), 500*time.Millisecond); r.Outcome != netlab.TimedOut {
+			t.Errorf("node port Local without a local endpoint: %v, want dropped", r)
 		}
 	})
 	t.Run("a cluster IP answers only on its ports", func(t *testing.T) {

@@ -328,3 +328,22 @@ func TestCleanupRemovesEverything(t *testing.T) {
 		t.Errorf("after cleanup: sets %v, jumps %v", k.sets, k.jumps)
 	}
 }
+
+func TestLocalPolicyWithoutLocalEndpointsDrops(t *testing.T) {
+	// Endpoints exist, on another node only: under the Local policy the
+	// node port has no real server, and its traffic is dropped (a virtual
+	// server without real servers would refuse); the cluster IP
+	// (internal policy Cluster) serves the remote endpoint.
+	remote := service("default", "remote", "10.96.0.30", withNodePort(30083), withEndpoints(ep("10.244.2.10", 8080, false)))
+	remote.Service.ExternalTrafficPolicy = localv1.TrafficPolicy_LOCAL
+	empty := service("default", "empty", "10.96.0.31", withNodePort(30084))
+	empty.Service.ExternalTrafficPolicy = localv1.TrafficPolicy_LOCAL
+	b, _, k := newTestBackend(t, testConfig())
+	mustSync(t, b, stateOf(remote, empty), backend.Changes{Reset: true})
+	if diff := cmp.Diff([]string{"192.168.77.10,tcp:30083"}, k.members("KPNG-DROP")); diff != "" {
+		t.Errorf("KPNG-DROP (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(string(k.rules[false]), "-A KPNG-IPVS-FIREWALL -m set --match-set KPNG-DROP dst,dst -j DROP\n") {
+		t.Error("no rule drops KPNG-DROP")
+	}
+}

@@ -74,6 +74,17 @@ func ipvsProto(p localv1.Protocol) (ipvs.Protocol, string) {
 	return ipvs.TCP, "tcp"
 }
 
+// protoName names an IPVS protocol as ipset does.
+func protoName(p ipvs.Protocol) string {
+	switch p {
+	case ipvs.UDP:
+		return "udp"
+	case ipvs.SCTP:
+		return "sctp"
+	}
+	return "tcp"
+}
+
 // render turns one Service into what the node must hold, the way
 // kube-proxy's ipvs mode does: a virtual server for the cluster IP, each
 // external IP, each load-balancer IP and each node-port address, per
@@ -105,16 +116,24 @@ func render(se *localv1.ServiceEndpoints, env renderEnv) *rendered {
 	internalLocal := svc.InternalTrafficPolicy == localv1.TrafficPolicy_LOCAL
 	timeout := uint32(max(svc.ClientIpAffinitySeconds, 0))
 
-	addVS := func(a netip.Addr, port int32, proto ipvs.Protocol, dests []netip.AddrPort) {
-		r.VS[vsKey{Addr: a, Port: uint16(port), Proto: proto}] = virtualServer{Timeout: timeout, Dests: dests}
-	}
 	entry := func(set, e string) { r.Entries = append(r.Entries, setEntry{Set: set, Entry: e}) }
 	ipPort := func(a netip.Addr, proto string, port int32) string {
 		return a.String() + "," + proto + ":" + strconv.Itoa(int(port))
 	}
+	var hasEndpoints bool
+	addVS := func(a netip.Addr, port int32, proto ipvs.Protocol, dests []netip.AddrPort) {
+		r.VS[vsKey{Addr: a, Port: uint16(port), Proto: proto}] = virtualServer{Timeout: timeout, Dests: dests}
+		if hasEndpoints && len(dests) == 0 {
+			// Endpoints exist, but none for this traffic (a Local
+			// policy without local endpoints): dropped, as the view
+			// says; a virtual server without real servers would refuse.
+			entry(setDrop, ipPort(a, protoName(proto), port))
+		}
+	}
 
 	for _, port := range svc.Ports {
 		proto, pname := ipvsProto(port.Protocol)
+		hasEndpoints = port.HasEndpoints
 		var cluster, local []netip.AddrPort
 		for _, ep := range se.Endpoints {
 			if ep.PortName != port.Name || ep.Protocol != port.Protocol {

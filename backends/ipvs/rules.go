@@ -128,6 +128,9 @@ func rulesScript(c ruleConfig) []byte {
 	// loadBalancerSourceRanges: a load-balancer address:port with ranges
 	// accepts only sources within them.
 	rule(chainFirewall, "-m", "set", "--match-set", set(setLoadBalancerFW), "dst,dst", "-j", chainSourceRanges)
+	// A Local policy without local endpoints drops, as the view says
+	// (kube-proxy's nftables and iptables modes do; IPVS alone refuses).
+	rule(chainFirewall, "-m", "set", "--match-set", set(setDrop), "dst,dst", "-j", "DROP")
 	rule(chainSourceRanges, "-m", "set", "--match-set", set(setLoadBalancerSourceCIDR), "dst,dst,src", "-j", "RETURN")
 	rule(chainSourceRanges, "-j", "DROP")
 	rule(chainHealthCheck, "-m", "set", "--match-set", set(setHealthCheckNodePort), "dst", "-j", "ACCEPT")

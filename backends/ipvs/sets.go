@@ -20,6 +20,7 @@ const (
 	setLoadBalancerSourceCIDR = "LB-SOURCE-CIDR"         // hash:ip,port,net: the ranges allowed
 	setHealthCheckNodePort    = "HEALTH-CHECK-NODE-PORT" // bitmap:port
 	setIPVSIPs                = "IPVS-IPS"               // hash:ip: every address on kube-ipvs0
+	setDrop                   = "DROP"                   // hash:ip,port: endpoints exist, none for this address (Local policy)
 )
 
 // nodePortSet names the bitmap of a protocol's node ports (Local: those of
@@ -46,6 +47,7 @@ var setTypes = func() map[string]string {
 		setLoadBalancerSourceCIDR: "hash:ip,port,net",
 		setHealthCheckNodePort:    "bitmap:port",
 		setIPVSIPs:                "hash:ip",
+		setDrop:                   "hash:ip,port",
 	}
 	for _, p := range protocols {
 		m[nodePortSet(p, false)] = "bitmap:port"
