@@ -125,6 +125,13 @@ func (m *socketMaker) socket(family, typ int) (int, error) {
 	}
 	buf, oob := make([]byte, 256), make([]byte, unix.CmsgSpace(4))
 	n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	// A socket with SO_RCVTIMEO is not restarted after a signal (Go's
+	// preemption sends them): EINTR, nothing read. Giving up would leave
+	// the answer to be read as the next request's, every later socket
+	// one answer late.
+	for errors.Is(err, unix.EINTR) {
+		n, oobn, _, _, err = unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	}
 	if err != nil || n == 0 {
 		return -1, fmt.Errorf("socket maker of %s: no answer (%v): is it still running?", m.host, err)
 	}
