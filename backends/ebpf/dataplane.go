@@ -478,24 +478,7 @@ func hasAffinityKey(r *Rendered, key string) bool {
 }
 
 func sortedFrontends[V any](m map[Frontend]V) []Frontend {
-	return slices.SortedFunc(maps.Keys(m), func(a, b Frontend) int {
-		if c := a.Addr.Compare(b.Addr); c != 0 {
-			return c
-		}
-		if a.Port != b.Port {
-			return int(a.Port) - int(b.Port)
-		}
-		if a.Proto != b.Proto {
-			return int(a.Proto) - int(b.Proto)
-		}
-		switch {
-		case a.Outside == b.Outside:
-			return 0
-		case b.Outside:
-			return -1
-		}
-		return 1
-	})
+	return slices.SortedFunc(maps.Keys(m), compareFrontend)
 }
 
 // idPool hands out uint32 ids from 1, reusing released ones.

@@ -61,21 +61,10 @@ type Config struct {
 // (microseconds each), so 10 ms is enough to batch a burst of changes
 // without holding one back.
 func DefaultConfig() Config {
-	return Config{
-		Config: host.Config{
-			NodePortAddresses:  []string{"primary"},
-			MasqueradeBit:      14,
-			DetectLocalMode:    host.LocalModeClusterCIDR,
-			MinSyncPeriod:      10 * time.Millisecond,
-			SyncPeriod:         30 * time.Second,
-			FullSyncPeriod:     time.Hour,
-			HealthzBindAddress: "0.0.0.0:10256",
-			MetricsBindAddress: "127.0.0.1:10249",
-			IPFamilies:         []string{"ipv4", "ipv6"},
-		},
-		PinPath:    DefaultPinPath,
-		Interfaces: "auto",
-	}
+	c := Config{Config: host.Defaults(), PinPath: DefaultPinPath, Interfaces: "auto"}
+	c.NodePortAddresses = []string{"primary"} // as kube-proxy's nftables mode
+	c.MinSyncPeriod = 10 * time.Millisecond
+	return c
 }
 
 // Validate checks the configuration.

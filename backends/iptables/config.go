@@ -28,15 +28,7 @@ type Config struct {
 // periodic syncs in between only check the canary.
 func DefaultConfig() Config {
 	return Config{
-		Config: host.Config{
-			MasqueradeBit:      14,
-			MinSyncPeriod:      time.Second,
-			SyncPeriod:         30 * time.Second,
-			FullSyncPeriod:     time.Hour,
-			HealthzBindAddress: "0.0.0.0:10256",
-			MetricsBindAddress: "127.0.0.1:10249",
-			IPFamilies:         []string{"ipv4", "ipv6"},
-		},
+		Config:             host.Defaults(),
 		LocalhostNodePorts: true,
 		Mode:               "auto",
 		LockWait:           5 * time.Second,

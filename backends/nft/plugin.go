@@ -65,21 +65,11 @@ type Config struct {
 // the tables back and repairs any difference; the periodic syncs in between
 // only check the tables' fixed chains (see check.go).
 func DefaultConfig() Config {
-	return Config{
-		Config: host.Config{
-			NodePortAddresses:  []string{"primary"},
-			MasqueradeBit:      14,
-			DetectLocalMode:    host.LocalModeClusterCIDR,
-			MinSyncPeriod:      10 * time.Millisecond,
-			SyncPeriod:         30 * time.Second,
-			FullSyncPeriod:     time.Hour,
-			HealthzBindAddress: "0.0.0.0:10256",
-			MetricsBindAddress: "127.0.0.1:10249",
-			IPFamilies:         []string{"ipv4", "ipv6"},
-		},
-		Table:   "kpng",
-		Netlink: true,
-	}
+	c := Config{Config: host.Defaults(), Table: "kpng", Netlink: true}
+	c.NodePortAddresses = []string{"primary"} // kube-proxy's nftables mode
+	c.DetectLocalMode = host.LocalModeClusterCIDR
+	c.MinSyncPeriod = 10 * time.Millisecond
+	return c
 }
 
 // Validate checks the configuration.

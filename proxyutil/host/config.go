@@ -46,6 +46,24 @@ type Config struct {
 	IPFamilies []string
 }
 
+// Defaults is kube-proxy's defaults (v1alpha1) for these settings, which
+// a backend's own defaults start from: the masquerade bit 14, a minimum
+// sync period of 1 s and a periodic sync every 30 s (reading everything
+// back hourly), /healthz on 0.0.0.0:10256 and /metrics on
+// 127.0.0.1:10249, both IP families. NodePortAddresses and DetectLocalMode
+// are left empty: kube-proxy's defaults for them depend on the mode.
+func Defaults() Config {
+	return Config{
+		MasqueradeBit:      14,
+		MinSyncPeriod:      time.Second,
+		SyncPeriod:         30 * time.Second,
+		FullSyncPeriod:     time.Hour,
+		HealthzBindAddress: "0.0.0.0:10256",
+		MetricsBindAddress: "127.0.0.1:10249",
+		IPFamilies:         []string{"ipv4", "ipv6"},
+	}
+}
+
 // BindFlags adds the flags of c's settings to fs, with c's values as
 // defaults.
 func (c *Config) BindFlags(fs *flag.FlagSet) {
