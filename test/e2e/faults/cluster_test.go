@@ -278,9 +278,15 @@ type probeRun struct {
 	// stall watch.
 	stalls []stallSpan
 	ticked chan struct{}
+	// watched is closed when the stall watch has ended, its stalls
+	// recorded.
+	watched chan struct{}
 	// resent counts the probes sent again because the one before timed
-	// out while the test process stood still (see resendAfterStall).
+	// out while the test process stood still (see resendAfterStall);
+	// unsent, those that could not be, the traffic having stopped
+	// meanwhile (the fault's end): they are not counted.
 	resent   map[string]int
+	unsent   map[string]int
 	done     chan struct{}
 	wg       sync.WaitGroup
 	probeSet []probe
@@ -294,7 +300,7 @@ func (c *cluster) startProbes(t *testing.T) *probeRun {
 		netlab.Eventually(t, 10*time.Second, p.dial, netlab.Answered())
 	}
 	r := &probeRun{failed: map[string]int{}, first: map[string]netlab.Result{}, firstAt: map[string]time.Time{},
-		resent: map[string]int{}, ticked: make(chan struct{}), done: make(chan struct{}), probeSet: ps}
+		resent: map[string]int{}, unsent: map[string]int{}, ticked: make(chan struct{}), watched: make(chan struct{}), done: make(chan struct{}), probeSet: ps}
 	for _, p := range ps {
 		r.wg.Add(1)
 		go func() {
@@ -310,6 +316,14 @@ func (c *cluster) startProbes(t *testing.T) *probeRun {
 				sent := time.Now()
 				res := p.dial()
 				for try := 0; try < maxResends && r.resendAfterStall(sent, res); try++ {
+					if r.stopped() {
+						// Excused, and too late to send again: the
+						// stall ran into the fault's end.
+						r.mu.Lock()
+						r.unsent[p.name]++
+						r.mu.Unlock()
+						return
+					}
 					r.mu.Lock()
 					r.resent[p.name]++
 					r.mu.Unlock()
@@ -375,9 +389,21 @@ func (r *probeRun) resendAfterStallUntil(sent, end time.Time, res netlab.Result)
 	select {
 	case <-ticked:
 	case <-r.done:
-		return false
+		// The traffic stopped (the fault's end) before the stall watch
+		// ran again: the stalls it recorded up to its end decide.
+		<-r.watched
 	}
 	return r.stalledDuring(sent, end) >= stallExcuse
+}
+
+// stopped reports whether the traffic was stopped.
+func (r *probeRun) stopped() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // stalledDuring sums the recorded stalls within [from, to].
@@ -407,12 +433,21 @@ func (r *probeRun) stalledDuring(from, to time.Time) time.Duration {
 // The failure still counts; the stall is reported beside it.
 func (r *probeRun) watchStalls() {
 	defer r.wg.Done()
+	defer close(r.watched)
 	tick := time.NewTicker(stallTick)
 	defer tick.Stop()
 	last := time.Now()
 	for {
 		select {
 		case <-r.done:
+			// The time since the last run, too: a stall that stopped
+			// the whole process may end with the traffic stopped.
+			now := time.Now()
+			r.mu.Lock()
+			if now.Sub(last)-stallTick >= stallTick {
+				r.stalls = append(r.stalls, stallSpan{from: last, to: now})
+			}
+			r.mu.Unlock()
 			return
 		case now := <-tick.C:
 			now = time.Now() // the tick's own time is when it was due
@@ -469,6 +504,9 @@ func (r *probeRun) counts() (sent, failed int, failures string) {
 	for _, p := range r.probeSet {
 		if n := r.resent[p.name]; n > 0 {
 			resent = append(resent, fmt.Sprintf("%s %d", p.name, n))
+		}
+		if n := r.unsent[p.name]; n > 0 {
+			resent = append(resent, fmt.Sprintf("%s %d (not counted: the traffic had stopped)", p.name, n))
 		}
 	}
 	if len(resent) > 0 {

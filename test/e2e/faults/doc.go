@@ -42,8 +42,9 @@
 // A probe that times out while the test process itself stood still (its
 // stall watch, due every 10 ms, saw it late by a tenth of the probe's
 // timeout or more in all: the machine was overloaded) is sent again, up to three times, and the
-// new probe counts; refusals and wrong answers always count, and the
-// probes sent again are logged beside each fault's counts.
+// new probe counts (one whose stall ran into the fault's end, when the
+// traffic stopped, is not counted); refusals and wrong answers always
+// count, and the probes sent again are logged beside each fault's counts.
 //
 // A variant's pass conditions are asserted for kpng; kube-proxy's rows are
 // measured and reported, as the reference.

@@ -44,6 +44,23 @@ func TestResendAfterStall(t *testing.T) {
 			t.Errorf("%s: resend %v, want %v", c.name, got, c.want)
 		}
 	}
+
+	// The traffic stopped before the stall watch ran again: the stalls
+	// it recorded up to its end still excuse a timeout (the probe is then
+	// not counted, see stopped).
+	r = &probeRun{ticked: make(chan struct{}), watched: make(chan struct{}), done: make(chan struct{})}
+	r.stalls = []stallSpan{{from: t0.Add(2 * time.Second), to: t0.Add(2*time.Second + 300*time.Millisecond)}}
+	close(r.done)
+	close(r.watched)
+	if !r.resendAfterStallUntil(t0.Add(1500*time.Millisecond), t0.Add(2500*time.Millisecond), timedOut) {
+		t.Error("a timeout across a stall, the traffic stopped since: not excused")
+	}
+	if r.resendAfterStallUntil(t0.Add(7*time.Second), t0.Add(8*time.Second), timedOut) {
+		t.Error("a timeout without a stall, the traffic stopped since: excused")
+	}
+	if !r.stopped() {
+		t.Error("stopped: false after done was closed")
+	}
 }
 
 // The repair's time is read from kpng's log: the first sync after the
