@@ -112,9 +112,13 @@ func (w *StallWatch) StalledDuring(from, to time.Time) time.Duration {
 // not get to use. It first waits for the watch to run once more, so that
 // a stall that just ended is on record.
 func (w *StallWatch) Excused(sent, end time.Time, res Result, timeout time.Duration) bool {
-	if res.Outcome != TimedOut {
-		return false
-	}
+	return res.Outcome == TimedOut && w.StoodStill(sent, end, timeout/10)
+}
+
+// StoodStill reports whether the test process stood still for atLeast or
+// more in all within [from, to]. It first waits for the watch to run once
+// more, so that a stall that just ended is on record.
+func (w *StallWatch) StoodStill(from, to time.Time, atLeast time.Duration) bool {
 	w.mu.Lock()
 	ticked := w.ticked
 	w.mu.Unlock()
@@ -123,7 +127,7 @@ func (w *StallWatch) Excused(sent, end time.Time, res Result, timeout time.Durat
 	case <-w.done:
 		return false
 	}
-	return w.StalledDuring(sent, end) >= timeout/10
+	return w.StalledDuring(from, to) >= atLeast
 }
 
 // Probe runs dial, and runs it again (at most MaxResends times) while its
