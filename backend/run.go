@@ -207,7 +207,18 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 				// since (or while) the sync failed: a sync computed from
 				// a listing that changed under it can fail (the first
 				// step of a damage done in two, repaired as the second
-				// lands). Once, at once; then the backoff.
+				// lands). Once, at once.
+				return lastEnd
+			case failures > 1 && repair:
+				// Failing still, and the dataplane changed again behind
+				// the backend's back (its own writes do not count): what
+				// refused the syncs may be gone (an owner's table that
+				// went with its owner, a writer that stopped). Try at
+				// once rather than at the backoff's time, but no more
+				// often than repairs: two per MinSyncPeriod.
+				if due := repairs[0].Add(opts.MinSyncPeriod); due.After(lastEnd) {
+					return due
+				}
 				return lastEnd
 			case failures > 0:
 				return retryAt

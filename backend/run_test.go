@@ -555,9 +555,33 @@ func TestFailedSyncIsRetriedAtOnceAfterAChangeBehindTheBackendsBack(t *testing.T
 		t.Errorf("retried %v after the failure and a request; want at once", gap)
 	}
 	kick <- struct{}{}
+	again := rec.next(t) // a second failure, and a change: at once too
+	if gap := again.start.Sub(retried.end); gap > 5*time.Second {
+		t.Errorf("a second failure retried %v after a request; want at once", gap)
+	}
+}
+
+// Kicks retry a failing sync at once no more often than repairs run: two
+// per MinSyncPeriod. Between, the backoff holds.
+func TestKicksRetryAFailingSyncAtTheRepairsRate(t *testing.T) {
+	store := cluster.NewStore()
+	rec := newRecorder()
+	kick := make(chan struct{}, 1)
+	start(t, store, rec, backend.Options{RetryPeriod: time.Hour, ResyncPeriod: time.Hour, MinSyncPeriod: time.Hour, ResyncNow: kick})
+	store.Update(func(tx *cluster.Tx) { tx.SetService(service("a", "10.96.0.1")) })
+	store.MarkSynced()
+	rec.next(t) // the first sync
+	rec.mu.Lock()
+	rec.fail = 5
+	rec.mu.Unlock()
+	kick <- struct{}{}
+	rec.next(t) // a repair, failing
+	kick <- struct{}{}
+	rec.next(t) // the first failure's retry on a request: at once, failing
+	kick <- struct{}{}
 	select {
 	case c := <-rec.got:
-		t.Fatalf("a second failure was retried at once: %+v", c)
+		t.Fatalf("a third repair within MinSyncPeriod ran: %+v", c)
 	case <-time.After(300 * time.Millisecond): // the absence of a sync: nothing to wait on
 	}
 }
