@@ -269,20 +269,11 @@ type probeRun struct {
 	first  map[string]netlab.Result
 	// firstAt is when the first failure of each probe was sent.
 	firstAt map[string]time.Time
-	// stall is the longest the test process went without running its
-	// stall watch (see watchStalls), and stallAt when that stall ended.
-	stall   time.Duration
-	stallAt time.Time
-	// stalls are the recent stalls of stallExcuse or more (see
-	// stalledDuring); ticked is closed, and replaced, at each run of the
-	// stall watch.
-	stalls []stallSpan
-	ticked chan struct{}
-	// watched is closed when the stall watch has ended, its stalls
-	// recorded.
-	watched chan struct{}
+	// stalls watches the test process (netlab.StallWatch): a probe that
+	// timed out while it stood still is sent again.
+	stalls *netlab.StallWatch
 	// resent counts the probes sent again because the one before timed
-	// out while the test process stood still (see resendAfterStall);
+	// out while the test process stood still (netlab.StallWatch.Excused);
 	// unsent, those that could not be, the traffic having stopped
 	// meanwhile (the fault's end): they are not counted.
 	resent   map[string]int
@@ -300,7 +291,7 @@ func (c *cluster) startProbes(t *testing.T) *probeRun {
 		netlab.Eventually(t, 10*time.Second, p.dial, netlab.Answered())
 	}
 	r := &probeRun{failed: map[string]int{}, first: map[string]netlab.Result{}, firstAt: map[string]time.Time{},
-		resent: map[string]int{}, unsent: map[string]int{}, ticked: make(chan struct{}), watched: make(chan struct{}), done: make(chan struct{}), probeSet: ps}
+		resent: map[string]int{}, unsent: map[string]int{}, stalls: netlab.WatchStalls(), done: make(chan struct{}), probeSet: ps}
 	for _, p := range ps {
 		r.wg.Add(1)
 		go func() {
@@ -315,7 +306,7 @@ func (c *cluster) startProbes(t *testing.T) *probeRun {
 				}
 				sent := time.Now()
 				res := p.dial()
-				for try := 0; try < maxResends && r.resendAfterStall(sent, res); try++ {
+				for try := 0; try < netlab.MaxResends && r.stalls.Excused(sent, time.Now(), res, answerTimeout); try++ {
 					if r.stopped() {
 						// Excused, and too late to send again: the
 						// stall ran into the fault's end.
@@ -342,58 +333,8 @@ func (c *cluster) startProbes(t *testing.T) *probeRun {
 			}
 		}()
 	}
-	r.wg.Add(1)
-	go r.watchStalls()
 	t.Cleanup(r.stop)
 	return r
-}
-
-// stallTick is the period of the stall watch.
-const stallTick = 10 * time.Millisecond
-
-// stallExcuse is the time the test process stood still, in stalls of a
-// stallTick or more within a timed-out probe's time, that excuses it: a
-// tenth of its timeout, which the probe did not get to use (its answer
-// may have been waiting in a socket, or the test's own endpoint server
-// may not have run). maxResends bounds how often one probe is sent
-// again for it.
-const (
-	stallExcuse = answerTimeout / 10
-	maxResends  = 3
-)
-
-// stallSpan is one stall of the test process, from when the stall watch
-// last ran to when it ran again.
-type stallSpan struct{ from, to time.Time }
-
-// resendAfterStall reports whether a probe sent at sent, with result res,
-// is to be sent again rather than counted: it timed out (a refusal or a
-// wrong answer always counts) and, within its time, the test process
-// stood still for stallExcuse or more, so the timeout measured the
-// machine's load, not the dataplane. It first waits for the stall watch
-// to run once more, so that a stall that just ended is on record. A
-// dataplane that drops the probe drops it again: the probe sent anew
-// counts then. Resent probes are reported beside the table's counts.
-func (r *probeRun) resendAfterStall(sent time.Time, res netlab.Result) bool {
-	return r.resendAfterStallUntil(sent, time.Now(), res)
-}
-
-// resendAfterStallUntil is resendAfterStall for a probe that ended at end.
-func (r *probeRun) resendAfterStallUntil(sent, end time.Time, res netlab.Result) bool {
-	if res.Outcome != netlab.TimedOut {
-		return false
-	}
-	r.mu.Lock()
-	ticked := r.ticked
-	r.mu.Unlock()
-	select {
-	case <-ticked:
-	case <-r.done:
-		// The traffic stopped (the fault's end) before the stall watch
-		// ran again: the stalls it recorded up to its end decide.
-		<-r.watched
-	}
-	return r.stalledDuring(sent, end) >= stallExcuse
 }
 
 // stopped reports whether the traffic was stopped.
@@ -406,73 +347,6 @@ func (r *probeRun) stopped() bool {
 	}
 }
 
-// stalledDuring sums the recorded stalls within [from, to].
-func (r *probeRun) stalledDuring(from, to time.Time) time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var d time.Duration
-	for _, s := range r.stalls {
-		lo, hi := s.from, s.to
-		if from.After(lo) {
-			lo = from
-		}
-		if to.Before(hi) {
-			hi = to
-		}
-		if hi.After(lo) {
-			d += hi.Sub(lo)
-		}
-	}
-	return d
-}
-
-// watchStalls records the longest time the test process (on a machine
-// shared with other work) did not get to run a goroutine that wakes every
-// stallTick: a probe whose timeout fired seconds late, during such a
-// stall, may have failed because the machine stood still, not the proxy.
-// The failure still counts; the stall is reported beside it.
-func (r *probeRun) watchStalls() {
-	defer r.wg.Done()
-	defer close(r.watched)
-	tick := time.NewTicker(stallTick)
-	defer tick.Stop()
-	last := time.Now()
-	for {
-		select {
-		case <-r.done:
-			// The time since the last run, too: a stall that stopped
-			// the whole process may end with the traffic stopped.
-			now := time.Now()
-			r.mu.Lock()
-			if now.Sub(last)-stallTick >= stallTick {
-				r.stalls = append(r.stalls, stallSpan{from: last, to: now})
-			}
-			r.mu.Unlock()
-			return
-		case now := <-tick.C:
-			now = time.Now() // the tick's own time is when it was due
-			r.mu.Lock()
-			if d := now.Sub(last) - stallTick; d > 0 {
-				if d > r.stall {
-					r.stall, r.stallAt = d, now
-				}
-				if d >= stallTick {
-					// Every stall of a tick or more: on a machine loaded
-					// beyond its cores the process runs in slices, and
-					// short stalls add up within one probe's time. Only
-					// the last minute's matter: a probe lasts seconds.
-					r.stalls = slices.DeleteFunc(r.stalls, func(s stallSpan) bool { return now.Sub(s.to) > time.Minute })
-					r.stalls = append(r.stalls, stallSpan{from: last, to: now})
-				}
-			}
-			close(r.ticked)
-			r.ticked = make(chan struct{})
-			r.mu.Unlock()
-			last = now
-		}
-	}
-}
-
 // stop ends the traffic; it may be called more than once.
 func (r *probeRun) stop() {
 	select {
@@ -480,6 +354,7 @@ func (r *probeRun) stop() {
 	default:
 		close(r.done)
 	}
+	r.stalls.Stop() // a probe waiting on it decides from the stalls recorded
 	r.wg.Wait()
 }
 
@@ -496,9 +371,10 @@ func (r *probeRun) counts() (sent, failed int, failures string) {
 			parts = append(parts, fmt.Sprintf("%s: %d (first, sent at %s: %v)", p.name, n, r.firstAt[p.name].Format("15:04:05.000"), r.first[p.name]))
 		}
 	}
-	if failed > 0 && r.stall >= answerTimeout/2 {
+	stall, stallAt := r.stalls.Longest()
+	if failed > 0 && stall >= answerTimeout/2 {
 		parts = append(parts, fmt.Sprintf("the test process stood still for %v, until %s",
-			r.stall.Round(time.Millisecond), r.stallAt.Format("15:04:05.000")))
+			stall.Round(time.Millisecond), stallAt.Format("15:04:05.000")))
 	}
 	var resent []string
 	for _, p := range r.probeSet {
@@ -511,7 +387,7 @@ func (r *probeRun) counts() (sent, failed int, failures string) {
 	}
 	if len(resent) > 0 {
 		parts = append(parts, fmt.Sprintf("sent again after timing out while the test process stood still %v or more in all: %s (longest stall %v)",
-			stallExcuse, strings.Join(resent, ", "), r.stall.Round(time.Millisecond)))
+			answerTimeout/10, strings.Join(resent, ", "), stall.Round(time.Millisecond)))
 	}
 	return r.sent, failed, strings.Join(parts, "; ")
 }

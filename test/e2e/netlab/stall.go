@@ -27,6 +27,7 @@ type StallWatch struct {
 	longestAt time.Time
 	ticked    chan struct{} // closed, and replaced, at each run
 	done      chan struct{}
+	watched   chan struct{} // closed once the watch ended, its stalls recorded
 	wg        sync.WaitGroup
 }
 
@@ -34,7 +35,7 @@ type stallSpan struct{ from, to time.Time }
 
 // WatchStalls starts a StallWatch; Stop ends it.
 func WatchStalls() *StallWatch {
-	w := &StallWatch{ticked: make(chan struct{}), done: make(chan struct{})}
+	w := &StallWatch{ticked: make(chan struct{}), done: make(chan struct{}), watched: make(chan struct{})}
 	w.wg.Add(1)
 	go w.run()
 	return w
@@ -42,12 +43,21 @@ func WatchStalls() *StallWatch {
 
 func (w *StallWatch) run() {
 	defer w.wg.Done()
+	defer close(w.watched)
 	tick := time.NewTicker(StallTick)
 	defer tick.Stop()
 	last := time.Now()
 	for {
 		select {
 		case <-w.done:
+			// The time since the last run, too: a stall that stopped the
+			// whole process may end with the watch stopped.
+			now := time.Now()
+			w.mu.Lock()
+			if now.Sub(last)-StallTick >= StallTick {
+				w.spans = append(w.spans, stallSpan{from: last, to: now})
+			}
+			w.mu.Unlock()
 			return
 		case <-tick.C:
 		}
@@ -117,7 +127,8 @@ func (w *StallWatch) Excused(sent, end time.Time, res Result, timeout time.Durat
 
 // StoodStill reports whether the test process stood still for atLeast or
 // more in all within [from, to]. It first waits for the watch to run once
-// more, so that a stall that just ended is on record.
+// more, so that a stall that just ended is on record (or, the watch
+// stopped meanwhile, for it to record the stalls up to its end).
 func (w *StallWatch) StoodStill(from, to time.Time, atLeast time.Duration) bool {
 	w.mu.Lock()
 	ticked := w.ticked
@@ -125,9 +136,19 @@ func (w *StallWatch) StoodStill(from, to time.Time, atLeast time.Duration) bool 
 	select {
 	case <-ticked:
 	case <-w.done:
-		return false
+		<-w.watched
 	}
 	return w.StalledDuring(from, to) >= atLeast
+}
+
+// Stopped reports whether Stop was called.
+func (w *StallWatch) Stopped() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // Probe runs dial, and runs it again (at most MaxResends times) while its

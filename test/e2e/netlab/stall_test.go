@@ -9,7 +9,7 @@ import (
 // A timed-out probe is excused only when the test process stood still for
 // a tenth of its timeout or more within its time; a refusal never is.
 func TestStallWatchExcuses(t *testing.T) {
-	w := &StallWatch{ticked: make(chan struct{}), done: make(chan struct{})}
+	w := &StallWatch{ticked: make(chan struct{}), done: make(chan struct{}), watched: make(chan struct{})}
 	t0 := time.Now().Add(-10 * time.Second)
 	w.spans = []stallSpan{
 		{from: t0.Add(2 * time.Second), to: t0.Add(2*time.Second + 300*time.Millisecond)},
@@ -38,6 +38,22 @@ func TestStallWatchExcuses(t *testing.T) {
 		if got := w.Excused(c.sent, c.sent.Add(time.Second), c.res, time.Second); got != c.want {
 			t.Errorf("%s: excused %v, want %v", c.name, got, c.want)
 		}
+	}
+
+	// The watch stopped before it ran again: the stalls it recorded up to
+	// its end still excuse a timeout.
+	w = &StallWatch{ticked: make(chan struct{}), done: make(chan struct{}), watched: make(chan struct{})}
+	w.spans = []stallSpan{{from: t0.Add(2 * time.Second), to: t0.Add(2*time.Second + 300*time.Millisecond)}}
+	close(w.done)
+	close(w.watched)
+	if !w.Excused(t0.Add(1500*time.Millisecond), t0.Add(2500*time.Millisecond), timedOut, time.Second) {
+		t.Error("a timeout across a stall, the watch stopped since: not excused")
+	}
+	if w.Excused(t0.Add(7*time.Second), t0.Add(8*time.Second), timedOut, time.Second) {
+		t.Error("a timeout without a stall, the watch stopped since: excused")
+	}
+	if !w.Stopped() {
+		t.Error("Stopped: false after Stop")
 	}
 }
 

@@ -1,0 +1,25 @@
+//go:build e2e
+
+package faults
+
+import (
+	"testing"
+	"time"
+)
+
+// The repair's time is read from kpng's log: the first sync after the
+// damage that checked the rules.
+func TestSyncLoggedAfter(t *testing.T) {
+	after := time.Date(2026, 11, 26, 15, 34, 54, 0, time.Local)
+	log := `I1126 15:34:53.900000    1 run.go:266] "Dataplane synced" revision=5 changes="reset=false resync=true node=false set=0 deleted=0" took="3ms"
+I1126 15:34:54.100000    1 run.go:266] "Dataplane synced" revision=6 changes="reset=false resync=false node=false set=1 deleted=0" took="1ms"
+I1126 15:34:54.250000    1 run.go:266] "Dataplane synced" revision=6 changes="reset=false resync=true node=false set=0 deleted=0" took="2ms"
+`
+	at, ok := syncLoggedAfter(log, after, "resync=true")
+	if want := after.Add(250 * time.Millisecond); !ok || !at.Equal(want) {
+		t.Errorf("syncLoggedAfter = %v, %v; want %v", at, ok, want)
+	}
+	if _, ok := syncLoggedAfter(log, after.Add(time.Second), "resync=true"); ok {
+		t.Error("a sync before the damage was taken for the repair")
+	}
+}
