@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# fuzz.sh runs a fuzzing campaign on every fuzz target of the kpng module
+# fuzz.sh runs a fuzzing campaign (docs/fuzzing.md: the targets, the last
+# campaign and what it found) on every fuzz target of the kpng module
 # (the config loaders, the cluster converters and state-file parser, the
 # gRPC decoders of server and client, the parsers of kernel listings, ...),
 # one after the other, each for the same time:
