@@ -31,11 +31,27 @@ func CleanupNode(ctx context.Context, backends []backend.Registration, kubeProxy
 	return errors.Join(errs...)
 }
 
-// removeKubeProxyRules removes kube-proxy's leftovers and logs what it
-// removed.
-func removeKubeProxyRules(ctx context.Context) error {
+// KeepsKubeProxyObjects is implemented by a backend.Plugin whose dataplane
+// is built from objects of kube-proxy's that removing its leftovers would
+// delete (the ipvs backend's kube-ipvs0 and virtual servers): the removal
+// keeps them.
+type KeepsKubeProxyObjects interface {
+	KeepKubeProxyObjects() leftovers.Keep
+}
+
+// keepFor is what removing kube-proxy's leftovers keeps for plugin.
+func keepFor(plugin backend.Plugin) leftovers.Keep {
+	if k, ok := plugin.(KeepsKubeProxyObjects); ok {
+		return k.KeepKubeProxyObjects()
+	}
+	return leftovers.Keep{}
+}
+
+// removeKubeProxyRules removes kube-proxy's leftovers but keep and logs
+// what it removed.
+func removeKubeProxyRules(ctx context.Context, keep ...leftovers.Keep) error {
 	logger := klog.FromContext(ctx)
-	removed, err := leftovers.Remove(ctx)
+	removed, err := leftovers.Remove(ctx, keep...)
 	if !removed.Empty() {
 		logger.Info("Removed kube-proxy's rules", "iptablesChains", len(removed.Iptables), "nftablesTables", removed.NftTables,
 			"ipvsDummyInterface", removed.IPVSDummy, "ipvsServices", removed.IPVSServices)
@@ -51,7 +67,7 @@ func removeKubeProxyRules(ctx context.Context) error {
 // leftovers once, in the background: from then on a packet meets the backend's
 // rules, and before it kube-proxy's, never neither. A failure is logged,
 // and tried again after the next successful sync.
-func removeKubeProxyAfterFirstSync(ctx context.Context) func(backend.SyncResult) {
+func removeKubeProxyAfterFirstSync(ctx context.Context, keep leftovers.Keep) func(backend.SyncResult) {
 	var mu sync.Mutex
 	state := 0 // 0: not yet, 1: running, 2: done
 	return func(res backend.SyncResult) {
@@ -65,7 +81,7 @@ func removeKubeProxyAfterFirstSync(ctx context.Context) func(backend.SyncResult)
 		}
 		state = 1
 		go func() {
-			err := removeKubeProxyRules(ctx)
+			err := removeKubeProxyRules(ctx, keep)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && ctx.Err() == nil {

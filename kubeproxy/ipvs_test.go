@@ -52,3 +52,14 @@ ipvs:
 		t.Errorf("the backend's configuration from the defaults: %+v", c)
 	}
 }
+
+// Removing kube-proxy's leftovers keeps IPVS for the ipvs backend, whose
+// dataplane it is, and for no other.
+func TestKeepForIPVS(t *testing.T) {
+	if k := keepFor(&ipvs.Plugin{}); !k.IPVS {
+		t.Errorf("keepFor(ipvs) = %+v, want IPVS kept", k)
+	}
+	if k := keepFor(newFakePlugin()); k.IPVS {
+		t.Errorf("keepFor(another backend) = %+v, want nothing kept", k)
+	}
+}

@@ -57,7 +57,7 @@ type proxyDeps struct {
 	cleanupOthers func(ctx context.Context) error
 	// kubeProxyRemoval, if set, returns the driver option that removes
 	// kube-proxy's rules once the backend's are in place.
-	kubeProxyRemoval func(ctx context.Context) func(*backend.Options)
+	kubeProxyRemoval func(ctx context.Context, plugin backend.Plugin) func(*backend.Options)
 }
 
 func (p *Proxy) dependencies() *proxyDeps {
@@ -297,7 +297,7 @@ func (p *Proxy) Run(ctx context.Context, fs *pflag.FlagSet, flags *Flags) error 
 	logger.Info("Starting "+p.name()+" proxy", "mode", c.Mode, "backend", reg.Name, "node", node, "backendFlags", set)
 	removeKubeProxy := func(*backend.Options) {}
 	if deps.kubeProxyRemoval != nil {
-		removeKubeProxy = deps.kubeProxyRemoval(ctx)
+		removeKubeProxy = deps.kubeProxyRemoval(ctx, plugin)
 	}
 	// As kube-proxy's NodeManager: wait for the Node, and with
 	// detectLocalMode NodeCIDR for its pod CIDRs.

@@ -61,9 +61,10 @@ func slogger(ctx context.Context) *slog.Logger {
 // first sync succeeded, removes kube-proxy's rules (every mode's), as
 // kube-proxy does when its mode changes: from then on a packet meets the
 // backend's rules, and before it kube-proxy's, never neither. A failure is
-// logged, and tried again after the next successful sync.
-func WithKubeProxyRemoval(ctx context.Context) func(*backend.Options) {
-	hook := removeKubeProxyAfterFirstSync(ctx)
+// logged, and tried again after the next successful sync. What plugin's
+// dataplane is built from is kept (KeepsKubeProxyObjects).
+func WithKubeProxyRemoval(ctx context.Context, plugin backend.Plugin) func(*backend.Options) {
+	hook := removeKubeProxyAfterFirstSync(ctx, keepFor(plugin))
 	return func(o *backend.Options) {
 		prev := o.OnSync
 		o.OnSync = func(res backend.SyncResult) {

@@ -27,6 +27,7 @@ import (
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
 	"github.com/kpng/kpng/proxyutil/host"
+	"github.com/kpng/kpng/proxyutil/leftovers"
 	"github.com/kpng/kpng/proxyutil/sysctl"
 )
 
@@ -124,6 +125,12 @@ func (c *Config) validate() error {
 type Plugin struct {
 	Config Config
 }
+
+// KeepKubeProxyObjects implements kubeproxy.KeepsKubeProxyObjects: this
+// backend's dataplane is kube-ipvs0 and IPVS's virtual servers, as kube-proxy's
+// ipvs mode's, so removing kube-proxy's leftovers leaves them (the first
+// sync already removed the virtual servers kpng does not want).
+func (p *Plugin) KeepKubeProxyObjects() leftovers.Keep { return leftovers.Keep{IPVS: true} }
 
 // BindFlags implements backend.Plugin.
 func (p *Plugin) BindFlags(fs *flag.FlagSet) { p.Config.BindFlags(fs) }

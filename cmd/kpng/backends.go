@@ -69,7 +69,7 @@ func backendCommands(nodeName func() string, runFeed kubeproxy.FeedRunner) []*co
 				}
 				var tune func(*backend.Options)
 				if removeKubeProxy {
-					tune = kubeproxy.WithKubeProxyRemoval(ctx)
+					tune = kubeproxy.WithKubeProxyRemoval(ctx, plugin)
 				}
 				return kubeproxy.RunBackend(ctx, reg.Name, plugin, node, kubeproxy.NodeWait{Timeout: waitNode}, tune, runFeed)
 			},

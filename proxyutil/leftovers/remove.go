@@ -41,11 +41,24 @@ var iptablesCommands = [][2]string{
 	{"ip6tables-legacy-save", "ip6tables-legacy-restore"},
 }
 
+// Keep names kube-proxy's objects that Remove leaves alone because the
+// running backend builds its dataplane from the same ones.
+type Keep struct {
+	// IPVS keeps kube-ipvs0 and IPVS's virtual servers: a backend in
+	// kube-proxy's ipvs mode's shape uses them, and removes the virtual
+	// servers it does not want itself.
+	IPVS bool
+}
+
 // Remove removes kube-proxy's leftovers in the current network namespace,
-// everything it finds of every mode, and says what it removed. It goes on
-// past an error, so that one failing part does not keep the others, and
-// returns all errors joined.
-func Remove(ctx context.Context) (Removed, error) {
+// everything it finds of every mode but what keep names, and says what it
+// removed. It goes on past an error, so that one failing part does not keep
+// the others, and returns all errors joined.
+func Remove(ctx context.Context, keep ...Keep) (Removed, error) {
+	keepIPVS := false
+	for _, k := range keep {
+		keepIPVS = keepIPVS || k.IPVS
+	}
 	var r Removed
 	var errs []error
 	for _, cmds := range iptablesCommands {
@@ -63,6 +76,9 @@ func Remove(ctx context.Context) (Removed, error) {
 		if err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if keepIPVS {
+		return r, errors.Join(errs...)
 	}
 	var err error
 	if r.IPVSServices, err = clearIPVS(ctx); err != nil {
