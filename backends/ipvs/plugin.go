@@ -62,19 +62,7 @@ type Config struct {
 
 // DefaultConfig is kube-proxy's defaults.
 func DefaultConfig() Config {
-	return Config{
-		Config: host.Config{
-			MasqueradeBit:      14,
-			MinSyncPeriod:      time.Second,
-			SyncPeriod:         30 * time.Second,
-			FullSyncPeriod:     time.Hour,
-			HealthzBindAddress: "0.0.0.0:10256",
-			MetricsBindAddress: "127.0.0.1:10249",
-			IPFamilies:         []string{"ipv4", "ipv6"},
-		},
-		Scheduler:   "rr",
-		dropInvalid: true,
-	}
+	return Config{Config: host.Defaults(), Scheduler: "rr", dropInvalid: true}
 }
 
 // hostFlags are the kube-proxy settings of host.Config this backend uses.
