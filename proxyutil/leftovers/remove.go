@@ -137,9 +137,9 @@ func legacyTableExists(save, table string) bool {
 	names := ""
 	switch save {
 	case "iptables-legacy-save":
-		names = "/proc/net/ip_tables_names"
+		names = "/proc/thread-self/net/ip_tables_names" // this thread's namespace
 	case "ip6tables-legacy-save":
-		names = "/proc/net/ip6_tables_names"
+		names = "/proc/thread-self/net/ip6_tables_names"
 	default:
 		return true
 	}
@@ -173,7 +173,10 @@ func removeNftTable(ctx context.Context, family string) (bool, error) {
 // does, when the kernel has IPVS and some exist. It needs ipvsadm; without
 // it, existing virtual servers are an error that says so.
 func clearIPVS(ctx context.Context) (bool, error) {
-	b, err := os.ReadFile("/proc/net/ip_vs")
+	// The calling thread's network namespace: /proc/net is the process's
+	// (its main thread's), which a thread that entered another namespace
+	// does not see.
+	b, err := os.ReadFile("/proc/thread-self/net/ip_vs")
 	if err != nil {
 		return false, nil // no IPVS in this kernel (or this namespace): nothing to clear
 	}
