@@ -554,7 +554,12 @@ func TestCleanupAfterBuildError(t *testing.T) {
 	RequireRoot(t)
 	tb := &failingTB{TB: t}
 	spec := Spec{Nodes: []NodeSpec{{Name: "node-1", Pods: []string{"same"}}, {Name: "node-2", Pods: []string{"same"}}}}
-	before, err := netnstest.List(Prefix)
+	// This run's namespaces only: another run may build labs meanwhile.
+	run, err := netnstest.RunID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := netnstest.List(Prefix + run + "-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -563,7 +568,7 @@ func TestCleanupAfterBuildError(t *testing.T) {
 		t.Errorf("fatal: %q", tb.fatal)
 	}
 	tb.runCleanups()
-	after, err := netnstest.List(Prefix)
+	after, err := netnstest.List(Prefix + run + "-")
 	if err != nil {
 		t.Fatal(err)
 	}
