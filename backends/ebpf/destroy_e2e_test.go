@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -171,36 +170,7 @@ func destroyClientMain(in io.Reader, out io.Writer) {
 // the lab's client namespace.
 func startDestroyClient(t *testing.T, l *lab, cgroup string) *client {
 	t.Helper()
-	cg, err := os.Open(cgroup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cg.Close()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := l.cli.Command(context.Background(), exe, "-test.run=^TestDestroyClientProcess$")
-	cmd.Env = append(os.Environ(), destroyClientEnv+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		in.Close()
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	return &client{in: in, out: bufio.NewScanner(out)}
+	return startClientProcess(t, l, cgroup, destroyClientEnv, "-test.run=^TestDestroyClientProcess$")
 }
 
 // countingDestroyer counts what the backend's destroyer did.

@@ -313,6 +313,14 @@ type client struct {
 
 func startClient(t *testing.T, l *lab, cgroup string) *client {
 	t.Helper()
+	return startClientProcess(t, l, cgroup, clientEnv)
+}
+
+// startClientProcess starts the test binary again as a client, with env=1
+// (whose main the binary runs then), in the cgroup and the lab's client
+// namespace; extra are its arguments.
+func startClientProcess(t *testing.T, l *lab, cgroup, env string, extra ...string) *client {
+	t.Helper()
 	cg, err := os.Open(cgroup)
 	if err != nil {
 		t.Fatal(err)
@@ -322,8 +330,8 @@ func startClient(t *testing.T, l *lab, cgroup string) *client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := l.cli.Command(context.Background(), exe)
-	cmd.Env = append(os.Environ(), clientEnv+"=1")
+	cmd := l.cli.Command(context.Background(), append([]string{exe}, extra...)...)
+	cmd.Env = append(os.Environ(), env+"=1")
 	// Born in the cgroup (clone3 CLONE_INTO_CGROUP): every socket it ever
 	// opens is the cgroup's. No parent-death signal: it follows the
 	// forking thread, which may be one that netnstest's Do discards; the
