@@ -21,7 +21,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${root}"
-log() { printf '\n=== %s\n' "$*"; }
+log() { printf '\n=== %s (%s)\n' "$*" "$(date -u +%T)"; }
 
 if [[ $(id -u) -ne 0 ]]; then
 	echo "test.sh: the e2e tests create network namespaces and need root; run as root (e.g. sudo)" >&2
