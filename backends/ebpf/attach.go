@@ -9,11 +9,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/kpng/kpng/internal/cgroupv2"
 )
 
 // hook is one socket program and where it attaches.
@@ -138,7 +139,7 @@ func (o *Objects) Maps() Maps {
 // same cgroup is updated in place to the newly loaded program, so that the
 // hooks never go missing; one on another cgroup is detached.
 func (o *Objects) Attach(cgroupPath, pinDir string) error {
-	cgID, err := CgroupID(cgroupPath)
+	cgID, err := cgroupv2.ID(cgroupPath)
 	if err != nil {
 		return err
 	}
@@ -331,23 +332,6 @@ func NodeInterfaces() ([]string, error) {
 		}
 	}
 	return names, nil
-}
-
-// CgroupID returns the id of the cgroup v2 at path (its inode), failing
-// when path is not a cgroup v2 folder.
-func CgroupID(path string) (uint64, error) {
-	var fs unix.Statfs_t
-	if err := unix.Statfs(path, &fs); err != nil {
-		return 0, fmt.Errorf("cgroup %s: %w", path, err)
-	}
-	if fs.Type != unix.CGROUP2_SUPER_MAGIC {
-		return 0, fmt.Errorf("%s is not a cgroup v2 folder", path)
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return 0, err
-	}
-	return fi.Sys().(*syscall.Stat_t).Ino, nil
 }
 
 func checkBPFFS(pinDir string) error {

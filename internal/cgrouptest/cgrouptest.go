@@ -26,6 +26,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kpng/kpng/internal/cgroupv2"
 	"github.com/kpng/kpng/internal/netnstest"
 )
 
@@ -106,23 +107,6 @@ func Unmount(dir string) error {
 	return errors.Join(errs...)
 }
 
-// ID is a cgroup v2's id (its inode number); it fails for a folder that is
-// not on a cgroup v2 hierarchy.
-func ID(path string) (uint64, error) {
-	var fs unix.Statfs_t
-	if err := unix.Statfs(path, &fs); err != nil {
-		return 0, fmt.Errorf("cgroup %s: %w", path, err)
-	}
-	if fs.Type != unix.CGROUP2_SUPER_MAGIC {
-		return 0, fmt.Errorf("%s is not a cgroup v2 folder", path)
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return 0, err
-	}
-	return fi.Sys().(*syscall.Stat_t).Ino, nil
-}
-
 // Create makes the cgroup parent/name and checks that it is a cgroup v2
 // and a strict descendant of root (the hierarchy's root, as mounted by
 // MountHierarchy), which parent must be or be under. An empty name makes
@@ -150,11 +134,11 @@ func Create(root, parent, name, pattern string) (string, error) {
 // CheckDescendant fails unless dir is a cgroup v2 strictly under root, the
 // hierarchy's root.
 func CheckDescendant(root, dir string) error {
-	rootID, err := ID(root)
+	rootID, err := cgroupv2.ID(root)
 	if err != nil {
 		return err
 	}
-	id, err := ID(dir)
+	id, err := cgroupv2.ID(dir)
 	if err != nil {
 		return err
 	}
