@@ -13,8 +13,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
-
-	"github.com/kpng/kpng/internal/cgroupv2"
 )
 
 // hook is one socket program and where it attaches.
@@ -51,8 +49,13 @@ var tcHooks = []tcHook{
 
 // Objects are the loaded programs and the pinned maps.
 type Objects struct {
-	objs      sockObjects
-	np        nodeportObjects
+	objs sockObjects
+	np   nodeportObjects
+	// links are those Attach and AttachInterfaces made, which CheckLinks
+	// verifies; netns is the network namespace the interfaces were named
+	// in (nil: none were).
+	links     []*linkTarget
+	netns     *os.File
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -123,7 +126,12 @@ func Load(pinDir string) (*Objects, error) {
 // Close releases the process's handles; pinned maps and links stay. It
 // may be called more than once, from any goroutine.
 func (o *Objects) Close() error {
-	o.closeOnce.Do(func() { o.closeErr = errors.Join(o.np.Close(), o.objs.Close()) })
+	o.closeOnce.Do(func() {
+		o.closeErr = errors.Join(o.np.Close(), o.objs.Close())
+		if o.netns != nil {
+			o.netns.Close()
+		}
+	})
 	return o.closeErr
 }
 
@@ -137,103 +145,84 @@ func (o *Objects) Maps() Maps {
 // Attach attaches every program to the cgroup (v2) at cgroupPath as
 // bpf_links pinned under pinDir. A link pinned by an earlier run on the
 // same cgroup is updated in place to the newly loaded program, so that the
-// hooks never go missing; one on another cgroup is detached.
-func (o *Objects) Attach(cgroupPath, pinDir string) error {
-	cgID, err := cgroupv2.ID(cgroupPath)
-	if err != nil {
-		return err
-	}
+// hooks never go missing; one on another cgroup, or detached, is replaced.
+// It returns what it found to repair (links pinned but detached).
+func (o *Objects) Attach(cgroupPath, pinDir string) ([]string, error) {
+	var targets []*linkTarget
 	for _, h := range hooks {
-		prog := h.prog(&o.objs.sockPrograms)
-		pin := filepath.Join(pinDir, "link_"+h.name)
-		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-			info, ierr := l.Info()
-			if ierr == nil && info.Cgroup() != nil && info.Cgroup().CgroupId == cgID {
-				err := l.Update(prog)
-				l.Close()
-				if err != nil {
-					return fmt.Errorf("updating the %s link: %w", h.name, err)
-				}
-				continue
-			}
-			// Pinned for another cgroup (--ebpf-cgroup-path changed): the
-			// pin is the link's last reference, unpinning detaches it.
-			if err := l.Unpin(); err != nil {
-				l.Close()
-				return fmt.Errorf("unpinning the %s link of another cgroup: %w", h.name, err)
-			}
-			l.Close()
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("opening the pinned %s link: %w", h.name, err)
-		}
-		l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroupPath, Attach: h.attach, Program: prog})
-		if err != nil {
-			return fmt.Errorf("attaching %s to %s: %w", h.name, cgroupPath, err)
-		}
-		err = l.Pin(pin)
-		if err != nil {
-			l.Close()
-			return fmt.Errorf("pinning the %s link: %w", h.name, err)
-		}
-		l.Close()
+		t := &linkTarget{name: h.name, pin: filepath.Join(pinDir, "link_"+h.name), prog: h.prog(&o.objs.sockPrograms), attach: h.attach, cgroup: cgroupPath}
+		targets = append(targets, t)
 	}
-	return nil
+	repaired, err := o.start(targets)
+	if err != nil {
+		return nil, err
+	}
+	o.links = append(o.links, targets...)
+	return repaired, nil
+}
+
+// start makes each of a run's links as wanted (ensure, without looking
+// for links that lost their pin: the programs were just loaded, no link
+// runs them yet), and returns those it found to repair.
+func (o *Objects) start(targets []*linkTarget) ([]string, error) {
+	var repaired []string
+	for _, t := range targets {
+		id, err := programID(t.prog)
+		if err != nil {
+			return nil, fmt.Errorf("the %s program: %w", t.name, err)
+		}
+		t.progID = id
+		a, err := o.ensure(t, false)
+		if err != nil {
+			return nil, err
+		}
+		if a == linkReattached {
+			repaired = append(repaired, t.name+": "+a.String())
+		}
+	}
+	return repaired, nil
 }
 
 // AttachInterfaces attaches the node-port programs to the named interfaces
 // (tcx ingress and egress; the names are resolved in the calling thread's
-// network namespace) as bpf_links pinned under pinDir. A link pinned by an
-// earlier run on the same interface is updated in place; links pinned for
-// interfaces no longer named are detached.
-func (o *Objects) AttachInterfaces(names []string, pinDir string) error {
+// network namespace, which the periodic check of the links enters again)
+// as bpf_links pinned under pinDir. A link pinned by an earlier run on the
+// same interface is updated in place; links pinned for interfaces no
+// longer named are detached. It returns what it found to repair (links
+// pinned but detached).
+func (o *Objects) AttachInterfaces(names []string, pinDir string) ([]string, error) {
+	if len(names) > 0 && o.netns == nil {
+		ns, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			return nil, fmt.Errorf("the interfaces' network namespace: %w", err)
+		}
+		o.netns = ns
+	}
 	want := map[string]bool{}
+	var targets []*linkTarget
 	for _, name := range names {
 		ifc, err := net.InterfaceByName(name)
 		if err != nil {
-			return fmt.Errorf("interface %s: %w", name, err)
+			return nil, fmt.Errorf("interface %s: %w", name, err)
 		}
 		if !isEthernet(ifc) {
-			return fmt.Errorf("interface %s is not an Ethernet interface: the node-port programs parse Ethernet frames", name)
+			return nil, fmt.Errorf("interface %s is not an Ethernet interface: the node-port programs parse Ethernet frames", name)
 		}
 		for _, h := range tcHooks {
-			prog := h.prog(&o.np.nodeportPrograms)
-			pin := filepath.Join(pinDir, "link_tcx_"+h.dir+"_"+name)
-			want[pin] = true
-			if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-				info, ierr := l.Info()
-				if ierr == nil && info.TCX() != nil && info.TCX().Ifindex == uint32(ifc.Index) {
-					err := l.Update(prog)
-					l.Close()
-					if err != nil {
-						return fmt.Errorf("updating the %s link of %s: %w", h.dir, name, err)
-					}
-					continue
-				}
-				// The interface was created again since: the old link is
-				// defunct or on another interface; its pin is its last
-				// reference.
-				err := l.Unpin()
-				l.Close()
-				if err != nil {
-					return fmt.Errorf("unpinning the old %s link of %s: %w", h.dir, name, err)
-				}
-			} else if !errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("opening the pinned %s link of %s: %w", h.dir, name, err)
-			}
-			l, err := link.AttachTCX(link.TCXOptions{Interface: ifc.Index, Program: prog, Attach: h.attach})
-			if err != nil {
-				return fmt.Errorf("attaching the %s program to %s: %w", h.dir, name, err)
-			}
-			err = l.Pin(pin)
-			l.Close()
-			if err != nil {
-				return fmt.Errorf("pinning the %s link of %s: %w", h.dir, name, err)
-			}
+			t := &linkTarget{name: "tcx " + h.dir + " " + name, pin: filepath.Join(pinDir, "link_tcx_"+h.dir+"_"+name),
+				prog: h.prog(&o.np.nodeportPrograms), attach: h.attach, iface: name, ifindex: ifc.Index}
+			want[t.pin] = true
+			targets = append(targets, t)
 		}
 	}
+	repaired, err := o.start(targets)
+	if err != nil {
+		return nil, err
+	}
+	o.links = append(o.links, targets...)
 	pinned, err := filepath.Glob(filepath.Join(pinDir, "link_tcx_*"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var errs []error
 	for _, pin := range pinned {
@@ -241,7 +230,7 @@ func (o *Objects) AttachInterfaces(names []string, pinDir string) error {
 			errs = append(errs, unpinLink(pin))
 		}
 	}
-	return errors.Join(errs...)
+	return repaired, errors.Join(errs...)
 }
 
 // unpinLink removes a link's pin, which detaches it (the pin is its last

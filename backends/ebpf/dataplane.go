@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -62,6 +63,10 @@ type Maps interface {
 	Dump() (map[Frontend]ServiceValue, map[uint32]KernelSet, error)
 	// DumpServices reads back the services only, for a periodic check.
 	DumpServices() (map[Frontend]ServiceValue, error)
+	// DumpSlots reads back every slot ((set, slot) -> endpoint), then
+	// every membership entry ((set, endpoint) -> slot), for a periodic
+	// check.
+	DumpSlots(slot func(set, slot uint32, ep netip.AddrPort), member func(set uint32, ep netip.AddrPort, slot uint32)) error
 	// PutRanges writes client prefixes allowed to reach an outside
 	// frontend (loadBalancerSourceRanges), DeleteRanges deletes them
 	// (missing ones are not an error), DumpRanges reads them back.
@@ -75,6 +80,30 @@ type liveSet struct {
 	id      uint32 // 0: empty, no slots
 	set     Set
 	members bool
+	// distinct is the number of membership entries written (the distinct
+	// endpoints), when members.
+	distinct uint32
+	// slotsOK and membersOK count the entries a periodic check found
+	// right (checkSets).
+	slotsOK, membersOK uint32
+}
+
+func newLiveSet(s Set, members bool) *liveSet {
+	ls := &liveSet{set: s, members: members}
+	if members {
+		seen := make(map[netip.AddrPort]bool, len(s.Endpoints))
+		for _, ep := range s.Endpoints {
+			seen[ep] = true
+		}
+		ls.distinct = uint32(len(seen))
+	}
+	return ls
+}
+
+// LinkChecker verifies the programs' links at each periodic sync, and
+// repairs what is not as it should be (Objects.CheckLinks).
+type LinkChecker interface {
+	CheckLinks() (repaired []string, err error)
 }
 
 // Dataplane turns the view into map entries, one Service at a time, in an
@@ -114,7 +143,14 @@ type Dataplane struct {
 	// tracks which those are (stale.go).
 	sockets SocketDestroyer
 	stale   staleTracker
+
+	// links, if set, is checked at each periodic sync (SetLinkChecker).
+	links LinkChecker
 }
+
+// SetLinkChecker makes each periodic sync (Changes.Resync) verify the
+// programs' links with c and repair them.
+func (d *Dataplane) SetLinkChecker(c LinkChecker) { d.links = c }
 
 // NewDataplane returns a dataplane writing to m. Its first Sync must be a
 // reset, which reads back what m holds.
@@ -141,6 +177,9 @@ func (d *Dataplane) forget() {
 // destroyed (SetSocketDestroyer); a failure there is logged and retried
 // after the next sync, never returned.
 func (d *Dataplane) Sync(ctx context.Context, st *backend.State, ch backend.Changes) error {
+	if ch.Resync && d.links != nil {
+		d.checkLinks(ctx)
+	}
 	if err := d.sync(ctx, st, ch); err != nil {
 		return err
 	}
@@ -177,6 +216,9 @@ func (d *Dataplane) sync(ctx context.Context, st *backend.State, ch backend.Chan
 			d.full = true
 			return d.reset(st)
 		}
+		if err := d.checkSets(ctx); err != nil {
+			return err
+		}
 	}
 	keys := append(slices.Clone(ch.Set), ch.Deleted...)
 	if ch.NodeChanged || addrsChanged { // node ports follow the node's addresses
@@ -197,15 +239,92 @@ func (d *Dataplane) sync(ctx context.Context, st *backend.State, ch backend.Chan
 func (d *Dataplane) LastSyncFull() bool { return d.full }
 
 // check compares the services map with what was written: a periodic resync
-// repairs (with a reset) a map changed by hand. The slots are not read (a
-// set is never rewritten in place, so a changed frontend is what matters),
-// which keeps the check to a few batch reads at 30,000 Services.
+// repairs (with a reset) a map changed by hand; the sets are checked next
+// (checkSets).
 func (d *Dataplane) check() (bool, error) {
 	kSvcs, err := d.m.DumpServices()
 	if err != nil {
 		return false, fmt.Errorf("reading the maps: %w", err)
 	}
 	return maps.Equal(kSvcs, d.written), nil
+}
+
+// checkSets reads the slots and membership entries back (batch reads)
+// and rewrites, in place, each set of kpng's that lacks an entry or holds
+// a wrong one: changed behind kpng's back. A set is rewritten with the
+// entries kpng wrote, under its id; nothing is deleted, so no frontend
+// loses an endpoint it still has, and each entry goes from missing (or
+// wrong) to right in one update. Entries of sets that kpng did not write
+// are left alone: no frontend reads them (a reset deletes them). The cost
+// is the batch reads and one pass over the entries read and the sets
+// written.
+func (d *Dataplane) checkSets(ctx context.Context) error {
+	byID := make(map[uint32]*liveSet, len(d.sets))
+	for _, ls := range d.sets {
+		if ls.id != 0 {
+			ls.slotsOK, ls.membersOK = 0, 0
+			byID[ls.id] = ls
+		}
+	}
+	err := d.m.DumpSlots(func(set, slot uint32, ep netip.AddrPort) {
+		if ls := byID[set]; ls != nil && slot < uint32(len(ls.set.Endpoints)) && ls.set.Endpoints[slot] == ep {
+			ls.slotsOK++
+		}
+	}, func(set uint32, ep netip.AddrPort, slot uint32) {
+		// A membership entry is right when it names a slot that holds
+		// its endpoint: the program then finds that endpoint.
+		if ls := byID[set]; ls != nil && ls.members && slot < uint32(len(ls.set.Endpoints)) && ls.set.Endpoints[slot] == ep {
+			ls.membersOK++
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("reading the sets back: %w", err)
+	}
+	var damaged []*liveSet
+	for _, ls := range byID {
+		if ls.slotsOK != uint32(len(ls.set.Endpoints)) || (ls.members && ls.membersOK != ls.distinct) {
+			damaged = append(damaged, ls)
+		}
+	}
+	if len(damaged) == 0 {
+		return nil
+	}
+	slices.SortFunc(damaged, func(a, b *liveSet) int { return int(a.id) - int(b.id) })
+	var ids []uint32
+	entries := 0
+	for _, ls := range damaged {
+		if err := d.m.PutSet(ls.id, ls.set.Endpoints, ls.members); err != nil {
+			return fmt.Errorf("repairing set %d: %w", ls.id, err)
+		}
+		ids = append(ids, ls.id)
+		entries += len(ls.set.Endpoints) - int(ls.slotsOK)
+		if ls.members {
+			entries += int(ls.distinct) - int(ls.membersOK)
+		}
+	}
+	var frontends []string
+	for _, f := range sortedFrontends(d.written) {
+		if _, ok := slices.BinarySearch(ids, d.written[f].Set); ok && d.written[f].Count > 0 {
+			frontends = append(frontends, f.String())
+		}
+	}
+	klog.FromContext(ctx).Info("Repaired backend sets changed behind kpng's back", "sets", ids, "entries", entries, "frontends", frontends)
+	return nil
+}
+
+// checkLinks verifies the programs' links and repairs them (d.links). A
+// failure is logged, never returned: the sync's map writes do not depend
+// on it, and the next periodic sync tries again.
+func (d *Dataplane) checkLinks(ctx context.Context) {
+	start := time.Now()
+	repaired, err := d.links.CheckLinks()
+	log := klog.FromContext(ctx)
+	if len(repaired) > 0 {
+		log.Info("Repaired the programs' links, changed behind kpng's back", "links", repaired, "took", time.Since(start))
+	}
+	if err != nil {
+		log.Error(err, "Failed to repair the programs' links; will try again at the next periodic sync")
+	}
 }
 
 func (d *Dataplane) applyFromState(st *backend.State, k backend.ServiceKey) error {
@@ -325,7 +444,7 @@ func (d *Dataplane) apply(k backend.ServiceKey, r *Rendered) error {
 		if cur != nil && cur.set.Equal(s) && cur.members == members {
 			continue
 		}
-		ls := &liveSet{set: s, members: members}
+		ls := newLiveSet(s, members)
 		if len(s.Endpoints) > 0 {
 			ls.id = d.setIDs.get()
 			if err := d.m.PutSet(ls.id, s.Endpoints, members); err != nil {

@@ -3,6 +3,8 @@ package ebpf
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -232,6 +234,98 @@ func TestResyncRepairsAFrontendChangedBehindOurBack(t *testing.T) {
 	}
 	if h.d.LastSyncFull() {
 		t.Error("a resync that found nothing to repair is reported as full")
+	}
+}
+
+func TestResyncRepairsSlotsChangedBehindOurBack(t *testing.T) {
+	h := newHarness(t, nil)
+	web, db := fe("10.96.0.10:80", protoTCP), fe("10.96.0.20:80", protoTCP)
+	aff := svc("db", "10.96.0.20", "10.0.2.1:8080", "10.0.2.2:8080")
+	aff.Service.ClientIpAffinitySeconds = 10800
+	h.mustSync([]*localv1.ServiceEndpoints{svc("web", "10.96.0.10", "10.0.1.1:8080", "10.0.1.2:8080"), aff})
+	resync := func() {
+		t.Helper()
+		h.fake.Ops = nil
+		if err := h.d.Sync(context.Background(), h.state, backend.Changes{Resync: true}); err != nil {
+			t.Fatal(err)
+		}
+		if h.fake.Broken != nil {
+			t.Fatalf("a frontend lacked its endpoints: %v\nops:\n%s", h.fake.Broken, strings.Join(h.fake.Ops, "\n"))
+		}
+	}
+	resync()
+	if len(h.fake.Ops) != 0 {
+		t.Fatalf("a resync with nothing changed wrote: %v", h.fake.Ops)
+	}
+	before := maps.Clone(h.fake.Services)
+	wset, dset := before[web].Set, before[db].Set
+	// By hand: a slot deleted, a slot and a membership entry changed.
+	delete(h.fake.Slots, [2]uint32{wset, 0})
+	h.fake.Slots[[2]uint32{dset, 1}] = netip.MustParseAddrPort("10.9.9.9:1")
+	delete(h.fake.Members[dset], netip.MustParseAddrPort("10.0.2.1:8080"))
+	resync()
+	h.wantEndpoints(web, "10.0.1.1:8080", "10.0.1.2:8080")
+	h.wantEndpoints(db, "10.0.2.1:8080", "10.0.2.2:8080")
+	if m := h.fake.Members[dset]; len(m) != 2 || m[netip.MustParseAddrPort("10.0.2.1:8080")] != 0 || m[netip.MustParseAddrPort("10.0.2.2:8080")] != 1 {
+		t.Errorf("members of set %d: %v", dset, m)
+	}
+	// Repaired in place: the same sets, rewritten; nothing deleted, no
+	// frontend switched, and not reported as a full sync.
+	if !maps.Equal(h.fake.Services, before) {
+		t.Errorf("frontends changed: %v, were %v", h.fake.Services, before)
+	}
+	slices.Sort(h.fake.Ops)
+	if want := []string{fmt.Sprintf("put-set %d [10.0.1.1:8080 10.0.1.2:8080]", wset), fmt.Sprintf("put-set %d [10.0.2.1:8080 10.0.2.2:8080]", dset)}; !slices.Equal(h.fake.Ops, slices.Sorted(slices.Values(want))) {
+		t.Errorf("ops %v, want %v", h.fake.Ops, want)
+	}
+	if h.d.LastSyncFull() {
+		t.Error("an in-place repair of sets is reported as a full sync")
+	}
+	// Entries of sets kpng did not write are no damage of its own.
+	h.fake.Slots[[2]uint32{1000, 0}] = netip.MustParseAddrPort("10.9.9.9:1")
+	resync()
+	if len(h.fake.Ops) != 0 {
+		t.Errorf("a set kpng did not write was repaired: %v", h.fake.Ops)
+	}
+	// A failed repair fails the sync (the driver's next call resets).
+	delete(h.fake.Slots, [2]uint32{wset, 1})
+	h.fake.Ops = nil
+	h.fake.Err = errors.New("map full")
+	if err := h.d.Sync(context.Background(), h.state, backend.Changes{Resync: true}); err == nil {
+		t.Error("a failed read-back was not reported")
+	}
+}
+
+// fakeLinks is a LinkChecker that counts its calls.
+type fakeLinks struct {
+	calls int
+	err   error
+}
+
+func (f *fakeLinks) CheckLinks() ([]string, error) {
+	f.calls++
+	return []string{"connect4: repaired"}, f.err
+}
+
+func TestResyncChecksTheLinks(t *testing.T) {
+	h := newHarness(t, nil)
+	links := &fakeLinks{}
+	h.d.SetLinkChecker(links)
+	h.mustSync([]*localv1.ServiceEndpoints{svc("web", "10.96.0.10", "10.0.1.1:8080")})
+	h.mustSync([]*localv1.ServiceEndpoints{svc("web", "10.96.0.10", "10.0.1.2:8080")})
+	if links.calls != 0 {
+		t.Errorf("links checked %d times by a reset and a change", links.calls)
+	}
+	if err := h.d.Sync(context.Background(), h.state, backend.Changes{Resync: true}); err != nil {
+		t.Fatal(err)
+	}
+	if links.calls != 1 {
+		t.Errorf("links checked %d times by a resync", links.calls)
+	}
+	// A link that cannot be repaired is logged; the maps' sync goes on.
+	links.err = errors.New("interface eth9: no such network interface")
+	if err := h.d.Sync(context.Background(), h.state, backend.Changes{Resync: true}); err != nil {
+		t.Errorf("a link's failure failed the sync: %v", err)
 	}
 }
 

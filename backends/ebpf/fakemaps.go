@@ -9,8 +9,10 @@ import (
 
 // FakeMaps is Maps in memory, for tests of the dataplane without a kernel.
 // After every operation it checks what a socket would see at that moment:
-// that every frontend with endpoints finds all its slots. Check (nil
-// unless some operation broke it) says when it did not.
+// that every frontend with endpoints finds all its slots (unless it
+// lacked some before the operation: a test's damage by hand, which only a
+// repair makes whole). Broken (nil unless some operation broke a
+// frontend) says when it did not.
 type FakeMaps struct {
 	Services map[Frontend]ServiceValue
 	Slots    map[[2]uint32]netip.AddrPort // (set, slot)
@@ -22,6 +24,10 @@ type FakeMaps struct {
 	Err error
 	// Broken is the first moment a frontend lacked a slot, if any.
 	Broken error
+
+	// damaged are the frontends that lacked something before the current
+	// operation.
+	damaged map[Frontend]bool
 }
 
 // NewFakeMaps returns empty maps.
@@ -29,7 +35,18 @@ func NewFakeMaps() *FakeMaps {
 	return &FakeMaps{Services: map[Frontend]ServiceValue{}, Slots: map[[2]uint32]netip.AddrPort{}, Members: map[uint32]map[netip.AddrPort]uint32{}, Ranges: map[Frontend][]netip.Prefix{}}
 }
 
+// fail starts an operation: it notes the frontends damaged before it, and
+// returns Err, cleared.
 func (f *FakeMaps) fail() error {
+	clear(f.damaged)
+	for fe := range f.Services {
+		if f.whyBroken(fe) != "" {
+			if f.damaged == nil {
+				f.damaged = map[Frontend]bool{}
+			}
+			f.damaged[fe] = true
+		}
+	}
 	err := f.Err
 	f.Err = nil
 	return err
@@ -40,20 +57,28 @@ func (f *FakeMaps) check(op string) {
 	if f.Broken != nil {
 		return
 	}
-	for fe, v := range f.Services {
-		// A frontend that filters on source ranges has some, or it
-		// would drop every client.
-		if v.SourceRanges && len(f.Ranges[fe]) == 0 {
-			f.Broken = fmt.Errorf("after %q: frontend %s filters on source ranges but has none", op, fe)
+	for fe := range f.Services {
+		if why := f.whyBroken(fe); why != "" && !f.damaged[fe] {
+			f.Broken = fmt.Errorf("after %q: frontend %s %s", op, fe, why)
 			return
 		}
-		for i := range v.Count {
-			if _, ok := f.Slots[[2]uint32{v.Set, i}]; !ok {
-				f.Broken = fmt.Errorf("after %q: frontend %s has count %d but set %d lacks slot %d", op, fe, v.Count, v.Set, i)
-				return
-			}
+	}
+}
+
+// whyBroken says what frontend fe lacks, if anything.
+func (f *FakeMaps) whyBroken(fe Frontend) string {
+	v := f.Services[fe]
+	// A frontend that filters on source ranges has some, or it would
+	// drop every client.
+	if v.SourceRanges && len(f.Ranges[fe]) == 0 {
+		return "filters on source ranges but has none"
+	}
+	for i := range v.Count {
+		if _, ok := f.Slots[[2]uint32{v.Set, i}]; !ok {
+			return fmt.Sprintf("has count %d but set %d lacks slot %d", v.Count, v.Set, i)
 		}
 	}
+	return ""
 }
 
 func (f *FakeMaps) log(op string) {
@@ -143,6 +168,22 @@ func (f *FakeMaps) DumpServices() (map[Frontend]ServiceValue, error) {
 		return nil, err
 	}
 	return maps.Clone(f.Services), nil
+}
+
+// DumpSlots implements Maps.
+func (f *FakeMaps) DumpSlots(slot func(set, slot uint32, ep netip.AddrPort), member func(set uint32, ep netip.AddrPort, slot uint32)) error {
+	if err := f.fail(); err != nil {
+		return err
+	}
+	for k, ep := range f.Slots {
+		slot(k[0], k[1], ep)
+	}
+	for set, ms := range f.Members {
+		for ep, s := range ms {
+			member(set, ep, s)
+		}
+	}
+	return nil
 }
 
 // PutRanges implements Maps.

@@ -207,30 +207,43 @@ func (k *kernelMaps) Dump() (map[Frontend]ServiceValue, map[uint32]KernelSet, er
 		return nil, nil, err
 	}
 	sets := map[uint32]KernelSet{}
-	err = batchDump(k.slots, func(slot sockSlotKey, ep sockEndpoint) {
-		s := sets[slot.Set]
-		for uint32(len(s.Endpoints)) <= slot.Slot {
+	err = k.DumpSlots(func(set, slot uint32, ep netip.AddrPort) {
+		s := sets[set]
+		for uint32(len(s.Endpoints)) <= slot {
 			s.Endpoints = append(s.Endpoints, netip.AddrPort{})
 		}
-		s.Endpoints[slot.Slot] = keyEndpoint(ep)
-		sets[slot.Set] = s
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("slots: %w", err)
-	}
-	err = batchDump(k.members, func(mk sockMemberKey, _ uint32) {
-		s := sets[mk.Set]
+		s.Endpoints[slot] = ep
+		sets[set] = s
+	}, func(set uint32, ep netip.AddrPort, _ uint32) {
+		s := sets[set]
 		s.Members = true
 		// A member whose slot is gone is still deleted with its set.
-		if ep := keyEndpoint(mk.Ep); !slices.Contains(s.Endpoints, ep) {
+		if !slices.Contains(s.Endpoints, ep) {
 			s.Endpoints = append(s.Endpoints, ep)
 		}
-		sets[mk.Set] = s
+		sets[set] = s
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("members: %w", err)
+		return nil, nil, err
 	}
 	return svcs, sets, nil
+}
+
+// DumpSlots implements Maps, with batch lookups.
+func (k *kernelMaps) DumpSlots(slot func(set, slot uint32, ep netip.AddrPort), member func(set uint32, ep netip.AddrPort, slot uint32)) error {
+	err := batchDump(k.slots, func(key sockSlotKey, ep sockEndpoint) {
+		slot(key.Set, key.Slot, keyEndpoint(ep))
+	})
+	if err != nil {
+		return fmt.Errorf("slots: %w", err)
+	}
+	err = batchDump(k.members, func(key sockMemberKey, s uint32) {
+		member(key.Set, keyEndpoint(key.Ep), s)
+	})
+	if err != nil {
+		return fmt.Errorf("members: %w", err)
+	}
+	return nil
 }
 
 // rangeKey is the key of a client prefix of frontend f: the frontend's 160

@@ -150,6 +150,7 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, ba
 			return nil, backend.Options{}, err
 		}
 		d = NewDataplane(o.Maps())
+		d.SetLinkChecker(o)
 		if p.destroyer != nil {
 			d.SetSocketDestroyer(p.destroyer, false)
 		}
@@ -193,17 +194,23 @@ func (p *Plugin) attach(ctx context.Context, c Config) (*Objects, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := o.Attach(cg, c.PinPath); err != nil {
+	repaired, err := o.Attach(cg, c.PinPath)
+	if err != nil {
 		o.Close()
 		return nil, err
 	}
 	ifaces, err := c.interfaces()
 	if err == nil {
-		err = o.AttachInterfaces(ifaces, c.PinPath)
+		var more []string
+		more, err = o.AttachInterfaces(ifaces, c.PinPath)
+		repaired = append(repaired, more...)
 	}
 	if err != nil {
 		o.Close()
 		return nil, err
+	}
+	if len(repaired) > 0 {
+		klog.FromContext(ctx).Info("Repaired the programs' links an earlier run pinned", "links", repaired)
 	}
 	p.objs = o
 	// Connected UDP sockets to endpoints that stop serving are destroyed
