@@ -259,21 +259,33 @@ func (d *Dataplane) check() (bool, error) {
 // is the batch reads and one pass over the entries read and the sets
 // written.
 func (d *Dataplane) checkSets(ctx context.Context) error {
-	byID := make(map[uint32]*liveSet, len(d.sets))
+	// The sets by id: ids are handed out from 1 (idPool), so a slice
+	// indexed by id is small, and cheaper than a map for every entry read.
+	var byID []*liveSet
 	for _, ls := range d.sets {
-		if ls.id != 0 {
-			ls.slotsOK, ls.membersOK = 0, 0
-			byID[ls.id] = ls
+		if ls.id == 0 {
+			continue
 		}
+		if int(ls.id) >= len(byID) {
+			byID = slices.Grow(byID, int(ls.id)+1-len(byID))[:ls.id+1]
+		}
+		ls.slotsOK, ls.membersOK = 0, 0
+		byID[ls.id] = ls
 	}
-	err := d.m.DumpSlots(func(set, slot uint32, ep netip.AddrPort) {
-		if ls := byID[set]; ls != nil && slot < uint32(len(ls.set.Endpoints)) && ls.set.Endpoints[slot] == ep {
+	set := func(id uint32) *liveSet {
+		if id < uint32(len(byID)) {
+			return byID[id]
+		}
+		return nil // not kpng's
+	}
+	err := d.m.DumpSlots(func(id, slot uint32, ep netip.AddrPort) {
+		if ls := set(id); ls != nil && slot < uint32(len(ls.set.Endpoints)) && ls.set.Endpoints[slot] == ep {
 			ls.slotsOK++
 		}
-	}, func(set uint32, ep netip.AddrPort, slot uint32) {
+	}, func(id uint32, ep netip.AddrPort, slot uint32) {
 		// A membership entry is right when it names a slot that holds
 		// its endpoint: the program then finds that endpoint.
-		if ls := byID[set]; ls != nil && ls.members && slot < uint32(len(ls.set.Endpoints)) && ls.set.Endpoints[slot] == ep {
+		if ls := set(id); ls != nil && ls.members && slot < uint32(len(ls.set.Endpoints)) && ls.set.Endpoints[slot] == ep {
 			ls.membersOK++
 		}
 	})
@@ -282,6 +294,9 @@ func (d *Dataplane) checkSets(ctx context.Context) error {
 	}
 	var damaged []*liveSet
 	for _, ls := range byID {
+		if ls == nil {
+			continue
+		}
 		if ls.slotsOK != uint32(len(ls.set.Endpoints)) || (ls.members && ls.membersOK != ls.distinct) {
 			damaged = append(damaged, ls)
 		}
@@ -289,7 +304,6 @@ func (d *Dataplane) checkSets(ctx context.Context) error {
 	if len(damaged) == 0 {
 		return nil
 	}
-	slices.SortFunc(damaged, func(a, b *liveSet) int { return int(a.id) - int(b.id) })
 	var ids []uint32
 	entries := 0
 	for _, ls := range damaged {
