@@ -20,9 +20,10 @@ import (
 )
 
 // ebpfSyncPeriod is to-ebpf's --sync-period in the suite (30 s by
-// default). The kernel notifies no change of a BPF map, so the periodic
-// sync, which reads the services map back, is what repairs it: its period
-// bounds the repair, and a short one keeps the damage faults short.
+// default). The kernel notifies no change of a BPF map or link, so the
+// periodic sync, which reads the maps back and checks the links, is what
+// repairs them: its period bounds the repair, and a short one keeps the
+// damage faults short.
 const ebpfSyncPeriod = 5 * time.Second
 
 // ebpfRepairSlack is how long after the sync period a repair may come: the
@@ -192,10 +193,10 @@ func (s *suite) notRepaired(t *testing.T, r *row, limit time.Duration, why strin
 // the probes from outside). kpng holds no handle to a link once it pinned
 // it, so the pin is the link's last reference, and removing it detaches
 // the program, as an admin's rm in /sys/fs/bpf would. The pass condition
-// is the maps': repaired at the first periodic sync after the damage,
-// within ebpfSyncPeriod plus ebpfRepairSlack, seen as traffic (a pod to
-// the ClusterIP, outside to the NodePort) answered again: the programs
-// attached, however kpng attaches them.
+// is the maps': repaired by the running proxy at the first periodic sync
+// after the damage, within ebpfSyncPeriod plus ebpfRepairSlack, seen as
+// traffic (a pod to the ClusterIP, outside to the NodePort) answered again
+// and both links pinned again.
 func (s *suite) repairLinks(t *testing.T, r *row) {
 	c := s.c
 	n1, podA, ext := c.node("node-1"), c.lab.Pod("pod-a"), c.lab.External
@@ -235,12 +236,11 @@ func (s *suite) repairLinks(t *testing.T, r *row) {
 		}
 	}
 	seenDamage := brokeEW && brokeNS
-	for !eastWest() || !northSouth() {
+	// Repaired: traffic answered and both links pinned again (a link is
+	// attached before it can be pinned: traffic may answer first).
+	for !eastWest() || !northSouth() || !allPinned(n1, pins) {
 		if time.Since(start) > limit {
 			s.notRepaired(t, r, limit, " (links "+pinsPresent(n1, pins)+")")
-			// What to-ebpf does instead, today: its new run attaches
-			// what has no pin (the restart above).
-			knownGap(r, seenDamage, ebpfLinkGap)
 			netlab.Eventually(t, 10*time.Second, func() netlab.Result { return podA.Dial(netlab.TCP, vip, answerTimeout) }, netlab.Answered())
 			netlab.Eventually(t, 10*time.Second, func() netlab.Result { return ext.Dial(netlab.TCP, np, answerTimeout) }, netlab.Answered())
 			return
@@ -248,9 +248,6 @@ func (s *suite) repairLinks(t *testing.T, r *row) {
 		time.Sleep(20 * time.Millisecond) // polling the dataplane, which has no event to wait on
 	}
 	polled := time.Since(start)
-	if seenDamage {
-		r.problems = append(r.problems, "repaired by the running proxy: the known gap is closed, strike ebpfLinkGap")
-	}
 	took := s.repairLogged(p, mark, damaged, polled, start)
 	r.measured = fmt.Sprintf("connect4's and %s's ingress links unpinned, repaired in %v (links %s)", netlab.NodeInterface, took.Round(time.Millisecond), pinsPresent(n1, pins))
 	if !seenDamage {
@@ -267,7 +264,9 @@ func (s *suite) repairLinks(t *testing.T, r *row) {
 // takes to make the frontend's set whole again (the same set written back,
 // or a new one the frontend was switched to), polling the maps. Connections
 // that pick the missing slot fail meanwhile (counted). The pass condition
-// is the services map's: at the first periodic sync after the damage.
+// is the services map's: repaired by the running proxy at the first
+// periodic sync after the damage, within ebpfSyncPeriod plus
+// ebpfRepairSlack.
 func (s *suite) repairSlot(t *testing.T, r *row) {
 	n1 := s.c.node("node-1")
 	p := s.c.procs[n1]
@@ -317,7 +316,6 @@ func (s *suite) repairSlot(t *testing.T, r *row) {
 	for !whole() {
 		if time.Since(start) > limit {
 			s.notRepaired(t, r, limit, "")
-			knownGap(r, seenDamage, ebpfSlotGap)
 			podA := s.c.lab.Pod("pod-a")
 			netlab.Eventually(t, 10*time.Second, func() netlab.Result { return podA.Dial(netlab.TCP, vip, answerTimeout) }, netlab.Answered())
 			return
@@ -325,9 +323,6 @@ func (s *suite) repairSlot(t *testing.T, r *row) {
 		time.Sleep(20 * time.Millisecond) // polling the maps
 	}
 	polled := time.Since(start)
-	if seenDamage {
-		r.problems = append(r.problems, "repaired by the running proxy: the known gap is closed, strike ebpfSlotGap")
-	}
 	took := s.repairLogged(p, mark, damaged, polled, start)
 	r.measured = fmt.Sprintf("slot 0 of %d deleted, repaired in %v", count, took.Round(time.Millisecond))
 	if !seenDamage {
@@ -338,28 +333,15 @@ func (s *suite) repairSlot(t *testing.T, r *row) {
 	}
 }
 
-// knownGap makes a damage that was not repaired, but repaired by a restart
-// of the proxy (notRepaired), the known gap gap instead of a failure, if
-// the damage was seen.
-func knownGap(r *row, seenDamage bool, gap string) {
-	if seenDamage {
-		r.problems, r.gap = nil, gap
+// allPinned reports whether every one of pins is in node n's pin folder.
+func allPinned(n *netlab.Node, pins []string) bool {
+	for _, pin := range pins {
+		if _, err := os.Stat(filepath.Join(n.PinPath(), pin)); err != nil {
+			return false
+		}
 	}
+	return true
 }
-
-// ebpfSlotGap is the known gap of a backend slot's fault: to-ebpf's
-// periodic sync reads the services map back, not the slots (docs/ebpf.md,
-// "Repair": a set is never rewritten in place, and reading the slots back
-// costs more at 30,000 Services), so a slot deleted by hand stays missing
-// until the Service's endpoints change (a new set) or kpng restarts.
-const ebpfSlotGap = "a slot deleted by hand stays missing (connections that pick it are refused) until the Service's endpoints change or kpng restarts: the periodic sync reads the services map back, not the slots; the restart repairs it"
-
-// ebpfLinkGap is the known gap of the pinned links' fault: to-ebpf's
-// periodic sync reads the services map back, not its links (docs/ebpf.md,
-// "Repair"), and it holds no handle to a link it pinned, so a link whose
-// pin is removed stays detached until kpng's next start, which attaches
-// every program whose link has no pin.
-const ebpfLinkGap = "a link whose pin is removed stays detached until kpng restarts (its periodic sync reads the services map back, not the links); the restart re-attaches it"
 
 // pinsPresent says which of pins are in node n's pin folder.
 func pinsPresent(n *netlab.Node, pins []string) string {
