@@ -15,9 +15,9 @@
 // no rules to damage: its faults by hand are its pinned services map
 // emptied, one frontend deleted, one backend slot deleted, and the pins
 // of two of its links removed (which detaches them), each to be repaired
-// at the first periodic sync after it (two are known gaps: the rows say
-// what to-ebpf does instead); the kernel refusing its writes is its slots
-// map filled to max_entries (ebpf_test.go).
+// by the running proxy at the first periodic sync after it; the kernel
+// refusing its writes is its slots map filled to max_entries
+// (ebpf_test.go).
 //
 // # Running
 //
