@@ -201,12 +201,9 @@ func (o *Objects) AttachInterfaces(names []string, pinDir string) ([]string, err
 	want := map[string]bool{}
 	var targets []*linkTarget
 	for _, name := range names {
-		ifc, err := net.InterfaceByName(name)
+		ifc, err := tcInterface(name)
 		if err != nil {
-			return nil, fmt.Errorf("interface %s: %w", name, err)
-		}
-		if !isEthernet(ifc) {
-			return nil, fmt.Errorf("interface %s is not an Ethernet interface: the node-port programs parse Ethernet frames", name)
+			return nil, err
 		}
 		for _, h := range tcHooks {
 			t := &linkTarget{name: "tcx " + h.dir + " " + name, pin: filepath.Join(pinDir, "link_tcx_"+h.dir+"_"+name),
@@ -277,6 +274,19 @@ func Remove(pinDir string) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// tcInterface looks up an interface for the node-port programs, in the
+// calling thread's network namespace: it must be an Ethernet one.
+func tcInterface(name string) (*net.Interface, error) {
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("interface %s: %w", name, err)
+	}
+	if !isEthernet(ifc) {
+		return nil, fmt.Errorf("interface %s is not an Ethernet interface: the node-port programs parse Ethernet frames", name)
+	}
+	return ifc, nil
 }
 
 // isEthernet: the interface's frames start with an Ethernet header (it

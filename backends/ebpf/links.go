@@ -3,7 +3,6 @@ package ebpf
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"runtime"
 
@@ -154,12 +153,9 @@ func (o *Objects) attachNew(t *linkTarget) (link.Link, error) {
 	}
 	var l link.Link
 	err := o.inNetns(func() error {
-		ifc, err := net.InterfaceByName(t.iface)
+		ifc, err := tcInterface(t.iface)
 		if err != nil {
-			return fmt.Errorf("interface %s: %w", t.iface, err)
-		}
-		if !isEthernet(ifc) {
-			return fmt.Errorf("interface %s is not an Ethernet interface: the node-port programs parse Ethernet frames", t.iface)
+			return err
 		}
 		if l, err = link.AttachTCX(link.TCXOptions{Interface: ifc.Index, Program: t.prog, Attach: t.attach}); err != nil {
 			return fmt.Errorf("attaching the %s program: %w", t.name, err)
