@@ -1,6 +1,7 @@
 package ebpf
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -259,24 +260,34 @@ func (d *Dataplane) check() (bool, error) {
 // is the batch reads and one pass over the entries read and the sets
 // written.
 func (d *Dataplane) checkSets(ctx context.Context) error {
-	// The sets by id: ids are handed out from 1 (idPool), so a slice
-	// indexed by id is small, and cheaper than a map for every entry read.
-	var byID []*liveSet
+	// The sets by id: ids are handed out from 1 (idPool), so most are
+	// found in a slice indexed by id, cheaper than a map for every entry
+	// read. An id the pool took over from the kernel (a reset releases the
+	// ids of the stale sets it deletes) may be any number: those few are
+	// in a map, never sizing the slice.
+	dense := make([]*liveSet, min(4*len(d.sets)+64, 1<<22))
+	var sparse map[uint32]*liveSet
+	var all []*liveSet
 	for _, ls := range d.sets {
 		if ls.id == 0 {
 			continue
 		}
-		if int(ls.id) >= len(byID) {
-			byID = slices.Grow(byID, int(ls.id)+1-len(byID))[:ls.id+1]
-		}
 		ls.slotsOK, ls.membersOK = 0, 0
-		byID[ls.id] = ls
+		all = append(all, ls)
+		if ls.id < uint32(len(dense)) {
+			dense[ls.id] = ls
+			continue
+		}
+		if sparse == nil {
+			sparse = map[uint32]*liveSet{}
+		}
+		sparse[ls.id] = ls
 	}
 	set := func(id uint32) *liveSet {
-		if id < uint32(len(byID)) {
-			return byID[id]
+		if id < uint32(len(dense)) {
+			return dense[id]
 		}
-		return nil // not kpng's
+		return sparse[id] // nil: not kpng's
 	}
 	err := d.m.DumpSlots(func(id, slot uint32, ep netip.AddrPort) {
 		if ls := set(id); ls != nil && slot < uint32(len(ls.set.Endpoints)) && ls.set.Endpoints[slot] == ep {
@@ -293,10 +304,7 @@ func (d *Dataplane) checkSets(ctx context.Context) error {
 		return fmt.Errorf("reading the sets back: %w", err)
 	}
 	var damaged []*liveSet
-	for _, ls := range byID {
-		if ls == nil {
-			continue
-		}
+	for _, ls := range all {
 		if ls.slotsOK != uint32(len(ls.set.Endpoints)) || (ls.members && ls.membersOK != ls.distinct) {
 			damaged = append(damaged, ls)
 		}
@@ -304,6 +312,7 @@ func (d *Dataplane) checkSets(ctx context.Context) error {
 	if len(damaged) == 0 {
 		return nil
 	}
+	slices.SortFunc(damaged, func(a, b *liveSet) int { return cmp.Compare(a.id, b.id) })
 	var ids []uint32
 	entries := 0
 	for _, ls := range damaged {

@@ -296,6 +296,30 @@ func TestResyncRepairsSlotsChangedBehindOurBack(t *testing.T) {
 	}
 }
 
+// A set id can be any number: a reset releases the ids of the stale sets
+// it deletes, and the next new set may take one.
+func TestResyncRepairsASetOfAnyID(t *testing.T) {
+	fake := NewFakeMaps()
+	const big = 0xf000_0000
+	fake.Slots[[2]uint32{big, 0}] = netip.MustParseAddrPort("10.9.9.9:1") // no frontend names it
+	h := newHarness(t, fake)
+	web := fe("10.96.0.10:80", protoTCP)
+	h.mustSync(nil) // the reset deletes set big and releases its id
+	if _, ok := fake.Slots[[2]uint32{big, 0}]; ok {
+		t.Fatal("the reset left the stale set")
+	}
+	h.mustSync([]*localv1.ServiceEndpoints{svc("web", "10.96.0.10", "10.0.1.1:8080")})
+	id := fake.Services[web].Set
+	if id != big {
+		t.Fatalf("the new set took id %d, not the released %d: the case is not exercised", id, big)
+	}
+	delete(fake.Slots, [2]uint32{id, 0})
+	if err := h.d.Sync(context.Background(), h.state, backend.Changes{Resync: true}); err != nil {
+		t.Fatal(err)
+	}
+	h.wantEndpoints(web, "10.0.1.1:8080")
+}
+
 // fakeLinks is a LinkChecker that counts its calls.
 type fakeLinks struct {
 	calls int
