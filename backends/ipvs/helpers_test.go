@@ -73,6 +73,8 @@ func (k *fakeKernel) ipsetRestore(_ context.Context, script []byte) error {
 			k.sets[f[1]] = map[string]bool{}
 		case "destroy":
 			delete(k.sets, f[1])
+		case "swap":
+			k.sets[f[1]], k.sets[f[2]] = k.sets[f[2]], k.sets[f[1]]
 		case "add":
 			k.sets[f[1]][f[2]] = true
 		case "del":

@@ -234,7 +234,7 @@ func (p *proxier) syncKeys(ctx context.Context, st *backend.State, keys []backen
 		}
 	}
 	p.ops.SetEntries = len(addEntries) + len(delEntries)
-	if err := p.kern.ipsetRestore(ctx, setScript(p.ipv6, false, nil, addEntries, delEntries)); err != nil {
+	if err := p.kern.ipsetRestore(ctx, setScript(p.ipv6, addEntries, delEntries)); err != nil {
 		return false, err
 	}
 	return false, nil
@@ -647,7 +647,11 @@ func (p *proxier) syncFull(ctx context.Context, st *backend.State) error {
 	}
 
 	p.ops.SetEntries = len(p.entryRefs)
-	if err := p.kern.ipsetRestore(ctx, setScript(p.ipv6, true, p.entryRefs, nil, nil)); err != nil {
+	existing, err := p.kern.ipsets(ctx)
+	if err != nil {
+		return err
+	}
+	if err := p.kern.ipsetRestore(ctx, fullSetScript(p.ipv6, p.entryRefs, existing)); err != nil {
 		return err
 	}
 	if err := p.writeRules(ctx, st); err != nil {

@@ -64,34 +64,63 @@ func setName(base string, ipv6 bool) string {
 	return "KPNG-" + base
 }
 
+// setTmp is the base name of the set each set is refilled in, aside, at a
+// full sync, before it is swapped in.
+const setTmp = "TMP"
+
 // createSet is the ipset restore line that creates base (when missing).
 func createSet(base string, ipv6 bool) string {
+	return createSetAs(setName(base, ipv6), base, ipv6)
+}
+
+// createSetAs is the ipset restore line that creates a set called name of
+// base's type (when missing).
+func createSetAs(name, base string, ipv6 bool) string {
 	typ := setTypes[base]
 	if strings.HasPrefix(typ, "bitmap:") {
-		return fmt.Sprintf("create %s %s range 0-65535 -exist", setName(base, ipv6), typ)
+		return fmt.Sprintf("create %s %s range 0-65535 -exist", name, typ)
 	}
 	fam := "inet"
 	if ipv6 {
 		fam = "inet6"
 	}
-	return fmt.Sprintf("create %s %s family %s hashsize 1024 maxelem 1048576 -exist", setName(base, ipv6), typ, fam)
+	return fmt.Sprintf("create %s %s family %s hashsize 1024 maxelem 1048576 -exist", name, typ, fam)
 }
 
-// setScript writes ipset restore input: with full, every set is created
-// (when missing), flushed and filled with entries; otherwise add and del
-// only the given entries.
-func setScript(ipv6, full bool, entries map[setEntry]int, add, del []setEntry) []byte {
+// fullSetScript writes the ipset restore input that makes every set of the
+// family hold exactly entries. Each set is filled aside (setTmp) and
+// swapped in, which the kernel does at once: a set flushed and refilled in
+// place is empty meanwhile, and a packet then misses its service (a new
+// connection to a cluster IP, say, is refused as a port kube-ipvs0's
+// address does not serve; kpng's restart refused such a datagram in the
+// shared suite). existing are the sets in the kernel: a setTmp left by a
+// restore that failed half-way is destroyed first.
+func fullSetScript(ipv6 bool, entries map[setEntry]int, existing map[string]bool) []byte {
 	var b bytes.Buffer
-	if full {
-		for _, base := range sortedKeys(setTypes) {
-			fmt.Fprintln(&b, createSet(base, ipv6))
-			fmt.Fprintf(&b, "flush %s\n", setName(base, ipv6))
-		}
-		for _, e := range sortedEntries(entries) {
-			fmt.Fprintf(&b, "add %s %s -exist\n", setName(e.Set, ipv6), e.Entry)
-		}
-		return b.Bytes()
+	tmp := setName(setTmp, ipv6)
+	if existing[tmp] {
+		fmt.Fprintf(&b, "destroy %s\n", tmp)
 	}
+	bySet := map[string][]string{}
+	for _, e := range sortedEntries(entries) {
+		bySet[e.Set] = append(bySet[e.Set], e.Entry)
+	}
+	for _, base := range sortedKeys(setTypes) {
+		fmt.Fprintln(&b, createSet(base, ipv6))
+		fmt.Fprintln(&b, createSetAs(tmp, base, ipv6))
+		for _, e := range bySet[base] {
+			fmt.Fprintf(&b, "add %s %s -exist\n", tmp, e)
+		}
+		fmt.Fprintf(&b, "swap %s %s\n", tmp, setName(base, ipv6))
+		fmt.Fprintf(&b, "destroy %s\n", tmp)
+	}
+	return b.Bytes()
+}
+
+// setScript writes the ipset restore input that adds and deletes the given
+// entries.
+func setScript(ipv6 bool, add, del []setEntry) []byte {
+	var b bytes.Buffer
 	for _, e := range del {
 		fmt.Fprintf(&b, "del %s %s -exist\n", setName(e.Set, ipv6), e.Entry)
 	}
@@ -104,7 +133,7 @@ func setScript(ipv6, full bool, entries map[setEntry]int, add, del []setEntry) [
 // destroyScript is the ipset restore input that destroys the family's sets.
 func destroyScript(ipv6 bool, existing map[string]bool) []byte {
 	var b bytes.Buffer
-	for _, base := range sortedKeys(setTypes) {
+	for _, base := range append(sortedKeys(setTypes), setTmp) {
 		if existing[setName(base, ipv6)] {
 			fmt.Fprintf(&b, "destroy %s\n", setName(base, ipv6))
 		}
