@@ -89,8 +89,12 @@ func (o *Objects) ensure(t *linkTarget, search bool) (linkAction, error) {
 	l, err := link.LoadPinnedLink(t.pin, nil)
 	switch {
 	case err == nil:
-		info, ierr := l.Info()
-		if ierr == nil && t.holds(info, cgID) {
+		info, err := l.Info()
+		if err != nil {
+			l.Close()
+			return 0, fmt.Errorf("the pinned %s link: %w", t.name, err)
+		}
+		if t.holds(info, cgID) {
 			defer l.Close()
 			if info.Program == t.progID {
 				return linkKept, nil
@@ -103,7 +107,7 @@ func (o *Objects) ensure(t *linkTarget, search bool) (linkAction, error) {
 		// The pin is the link's last reference: unpinning releases it
 		// (and detaches it, if it is attached elsewhere: another
 		// --ebpf-cgroup-path, an interface created again since).
-		err := l.Unpin()
+		err = l.Unpin()
 		l.Close()
 		if err != nil {
 			return 0, fmt.Errorf("unpinning the %s link, which is detached or attached elsewhere: %w", t.name, err)
