@@ -52,14 +52,8 @@ func cleanupRules(ctx context.Context, k kernel) error {
 		}
 		// Declaring a chain empties it; then it can go.
 		var b bytes.Buffer
-		for _, table := range []struct {
-			name   string
-			chains []string
-		}{
-			{"nat", []string{chainServices, chainPostrouting, chainMarkMasq, chainNodePort, chainLoadBalancer}},
-			{"filter", []string{chainForward, chainFirewall, chainSourceRanges, chainHealthCheck, chainFilter}},
-		} {
-			fmt.Fprintf(&b, "*%s\n", table.name)
+		for _, table := range chains {
+			fmt.Fprintf(&b, "*%s\n", table.table)
 			for _, ch := range table.chains {
 				fmt.Fprintf(&b, ":%s - [0:0]\n", ch)
 			}

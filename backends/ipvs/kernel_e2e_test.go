@@ -164,7 +164,9 @@ func TestPackets(t *testing.T) {
 	self := service("default", "self", "10.96.0.14", withEndpoints(ep(podA, 8080, true)))
 	remote := service("default", "remote", "10.96.0.15", withNodePort(30085), withEndpoints(ep(podC, 8080, false)))
 	remote.Service.ExternalTrafficPolicy = localv1.TrafficPolicy_LOCAL
-	n.sync(web, local, empty, sticky, dns, self, remote)
+	internalLocal := service("default", "internal-local", "10.96.0.16", withEndpoints(ep(podC, 8080, false)))
+	internalLocal.Service.InternalTrafficPolicy = localv1.TrafficPolicy_LOCAL
+	n.sync(web, local, empty, sticky, dns, self, remote, internalLocal)
 
 	t.Run("cluster IP from the node reaches every endpoint", func(t *testing.T) {
 		got := answeredBy(t, &n.node.Host, netlab.TCP, ap("10.96.0.10:80"), 4)
@@ -232,6 +234,13 @@ func TestPackets(t *testing.T) {
 	t.Run("Local policy, endpoints elsewhere only: dropped", func(t *testing.T) {
 		if r := ext.Dial(netlab.TCP, ap("192.168.77.10:30085"), 500*time.Millisecond); r.Outcome != netlab.TimedOut {
 			t.Errorf("node port Local without a local endpoint: %v, want dropped", r)
+		}
+		// From node-1 itself and from its pod: IPVS takes the node's own
+		// packets before filter OUTPUT, which could not drop them.
+		for _, h := range []*netlab.Host{&n.node.Host, &n.lab.Pod("pod-a").Host} {
+			if r := h.Dial(netlab.TCP, ap("10.96.0.16:80"), 500*time.Millisecond); r.Outcome != netlab.TimedOut {
+				t.Errorf("internalTrafficPolicy Local without a local endpoint, from %s: %v, want dropped", h.Name, r)
+			}
 		}
 	})
 	t.Run("a cluster IP answers only on its ports", func(t *testing.T) {

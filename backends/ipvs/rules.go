@@ -21,7 +21,19 @@ const (
 	chainSourceRanges = "KPNG-IPVS-SOURCE-RANGES" // filter
 	chainHealthCheck  = "KPNG-IPVS-NODE-PORT"     // filter: health-check node ports
 	chainFilter       = "KPNG-IPVS-FILTER"        // filter: refuse what is not a service on kube-ipvs0's addresses
+	chainOutput       = "KPNG-IPVS-OUTPUT"        // mangle: the node's own new connections, before IPVS takes them
 )
+
+// chains are the backend's chains, by table, in the order
+// iptables-restore writes the tables.
+var chains = []struct {
+	table  string
+	chains []string
+}{
+	{"nat", []string{chainServices, chainPostrouting, chainMarkMasq, chainNodePort, chainLoadBalancer}},
+	{"filter", []string{chainForward, chainFirewall, chainSourceRanges, chainHealthCheck, chainFilter}},
+	{"mangle", []string{chainOutput}},
+}
 
 // jump is a rule of a built-in chain that enters one of the backend's.
 type jump struct {
@@ -40,6 +52,11 @@ var jumps = []jump{
 	{"filter", "INPUT", []string{"-j", chainHealthCheck}},
 	{"filter", "INPUT", []string{"-j", chainFilter}},
 	{"filter", "FORWARD", []string{"-j", chainForward}},
+	// IPVS takes the node's own packets to a virtual server in LOCAL_OUT
+	// right after the nat table, before filter OUTPUT: a virtual server
+	// without real servers has refused them by then. What must drop them
+	// runs in mangle OUTPUT, before IPVS.
+	{"mangle", "OUTPUT", []string{"-m", "conntrack", "--ctstate", "NEW", "-j", chainOutput}},
 }
 
 // ruleConfig is what the rules depend on.
@@ -78,10 +95,18 @@ func rulesScript(c ruleConfig) []byte {
 	mark := fmt.Sprintf("%#x", c.mark)
 	markMask := fmt.Sprintf("%#x/%#x", c.mark, c.mark)
 
-	b.WriteString("*nat\n")
-	for _, ch := range []string{chainServices, chainPostrouting, chainMarkMasq, chainNodePort, chainLoadBalancer} {
-		fmt.Fprintf(&b, ":%s - [0:0]\n", ch)
+	// declare starts table's section, declaring (so emptying) its chains.
+	declare := func(table string) {
+		fmt.Fprintf(&b, "*%s\n", table)
+		for _, t := range chains {
+			if t.table == table {
+				for _, ch := range t.chains {
+					fmt.Fprintf(&b, ":%s - [0:0]\n", ch)
+				}
+			}
+		}
 	}
+	declare("nat")
 	rule(chainMarkMasq, "-j", "MARK", "--or-mark", mark)
 	rule(chainPostrouting, "-m", "set", "--match-set", set(setLoopBack), "dst,dst,src", "-j", "MASQUERADE")
 	rule(chainPostrouting, "-m", "mark", "!", "--mark", markMask, "-j", "RETURN")
@@ -116,10 +141,7 @@ func rulesScript(c ruleConfig) []byte {
 	rule(chainServices, "-m", "addrtype", "--dst-type", "LOCAL", "-j", chainNodePort)
 	b.WriteString("COMMIT\n")
 
-	b.WriteString("*filter\n")
-	for _, ch := range []string{chainForward, chainFirewall, chainSourceRanges, chainHealthCheck, chainFilter} {
-		fmt.Fprintf(&b, ":%s - [0:0]\n", ch)
-	}
+	declare("filter")
 	if c.dropInvalid {
 		rule(chainForward, "-m", "conntrack", "--ctstate", "INVALID", "-j", "DROP")
 	}
@@ -129,7 +151,9 @@ func rulesScript(c ruleConfig) []byte {
 	// accepts only sources within them.
 	rule(chainFirewall, "-m", "set", "--match-set", set(setLoadBalancerFW), "dst,dst", "-j", chainSourceRanges)
 	// A Local policy without local endpoints drops, as the view says
-	// (kube-proxy's nftables and iptables modes do; IPVS alone refuses).
+	// (kube-proxy's nftables and iptables modes do; IPVS alone refuses):
+	// here what comes from outside the node (INPUT runs filter before
+	// IPVS), in mangle OUTPUT what the node itself sends.
 	rule(chainFirewall, "-m", "set", "--match-set", set(setDrop), "dst,dst", "-j", "DROP")
 	rule(chainSourceRanges, "-m", "set", "--match-set", set(setLoadBalancerSourceCIDR), "dst,dst,src", "-j", "RETURN")
 	rule(chainSourceRanges, "-j", "DROP")
@@ -140,6 +164,10 @@ func rulesScript(c ruleConfig) []byte {
 	}
 	rule(chainFilter, "-m", "set", "--match-set", set(setHealthCheckNodePort), "dst", "-j", "RETURN")
 	rule(chainFilter, "-m", "conntrack", "--ctstate", "NEW", "-m", "set", "--match-set", set(setIPVSIPs), "dst", "-j", "REJECT")
+	b.WriteString("COMMIT\n")
+
+	declare("mangle")
+	rule(chainOutput, "-m", "set", "--match-set", set(setDrop), "dst,dst", "-j", "DROP")
 	b.WriteString("COMMIT\n")
 	return b.Bytes()
 }
