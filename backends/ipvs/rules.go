@@ -119,6 +119,14 @@ func rulesScript(c ruleConfig) []byte {
 		rule(chainServices, append(clusterIP, "-j", chainMarkMasq)...)
 	} else if nl := c.notLocal(); nl != nil {
 		rule(chainServices, append(append(nl[:len(nl):len(nl)], clusterIP...), "-j", chainMarkMasq)...)
+	} else {
+		// Without local-traffic detection, as kube-proxy's ipvs mode:
+		// the node's own connection to a cluster IP leaves from that
+		// cluster IP (kube-ipvs0 holds it, so the kernel picks it as the
+		// source), which an endpoint elsewhere could not answer (its
+		// node holds the address too): masquerade what comes from a
+		// cluster IP to a service port.
+		rule(chainServices, "-m", "set", "--match-set", set(setClusterIP), "src,dst", "-j", chainMarkMasq)
 	}
 	// External IPs: masqueraded unless Local; accepted from off-node, or
 	// when the address is the node's own.
