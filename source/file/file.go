@@ -1,7 +1,10 @@
 package file
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -84,22 +87,33 @@ func (s *Source) Run(ctx context.Context, store *cluster.Store) error {
 
 // Load reads the file once and applies it to the store as one batch.
 func (s *Source) Load(logger klog.Logger, store *cluster.Store) error {
-	f, err := os.Open(s.Path)
+	b, err := os.ReadFile(s.Path)
 	if err != nil {
 		return fmt.Errorf("reading cluster state: %w", err)
 	}
-	defer f.Close()
-	objs, problems, err := Parse(f)
+	objs, problems, err := Parse(bytes.NewReader(b))
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", s.Path, err)
 	}
 	for _, p := range problems {
 		logger.Info("Skipped part of the input", "problem", p.String())
 	}
-	s.Apply(store, objs)
+	// Logged before the store has it, so that the sync which applies it is
+	// logged after this line, never before.
 	logger.V(2).Info("Loaded", "services", len(objs.Services), "endpointSlices", len(objs.EndpointSlices),
-		"nodes", len(objs.Nodes), "problems", len(problems))
+		"nodes", len(objs.Nodes), "problems", len(problems), "digest", Digest(b))
+	s.Apply(store, objs)
 	return nil
+}
+
+// Digest names a version of the file's content in the "Loaded" log line:
+// the first 12 hex digits of its SHA-256. Whoever wrote the file can tell
+// when kpng has read that version (and the sync logged after it is the one
+// that applied it), where a time or a count of loads would race the
+// watcher.
+func Digest(content []byte) string {
+	sum := sha256.Sum256(content)
+	return hex.EncodeToString(sum[:6])
 }
 
 // Apply makes the store hold exactly objs (as far as this source is

@@ -39,12 +39,13 @@
 //	KPNG_FAULTS_MARKDOWN  write the table there, as docs/reliability.md
 //	KPNG_FAULTS_DEBUG=1   log node-1's proxy output of each fault
 //
-// A probe that times out while the test process itself stood still (its
-// stall watch, due every 10 ms, saw it late by a tenth of the probe's
-// timeout or more in all: the machine was overloaded) is sent again, up to three times, and the
-// new probe counts (one whose stall ran into the fault's end, when the
-// traffic stopped, is not counted); refusals and wrong answers always
-// count, and the probes sent again are logged beside each fault's counts.
+// A probe (netlab.Host.Probe) is judged by what the kernel recorded, not
+// by the test process's clock, which stands still for seconds on an
+// overloaded machine: it fails when it is refused or answered wrongly,
+// when no answer comes within five seconds (a dropped datagram, a SYN
+// dropped on every try), or when the answer came only after the kernel
+// sent a handshake packet again (a SYN or SYN-ACK dropped once). The test
+// process's longest stall is logged beside a fault's failures.
 //
 // A variant's pass conditions are asserted for kpng; kube-proxy's rows are
 // measured and reported, as the reference.

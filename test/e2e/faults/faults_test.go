@@ -107,8 +107,8 @@ func (s *suite) faultCounted(t *testing.T, name string, counted bool, f func(t *
 			}
 			t.Logf("%s: %d probes, %d failed; %s", name, r.sent, r.failed, r.measured)
 			if failures != "" && (failed == 0 || counted) {
-				// Probes sent again after a stall; the failures of a
-				// fault whose failed probes are counted, not a problem.
+				// The failures of a fault whose failed probes are
+				// counted, not a problem.
 				t.Logf("%s: %s", name, failures)
 			}
 			s.tbl.add(*r)
@@ -561,11 +561,18 @@ func (s *suite) repair(t *testing.T, r *row, dmg damage) {
 	// The polling above saw the rules back; when it did is late by up to
 	// one poll (three commands, hundreds of milliseconds on a loaded
 	// machine). kpng logs the end of each sync: the first one after the
-	// damage that checked the rules (a resync) is when they were back.
+	// damage that checked the rules (a resync) is when they were back. The
+	// test process may not have read that line from kpng's output yet:
+	// wait for it (it is there at once unless the machine is loaded).
 	polled := took
 	if !s.c.v.kubeProxy {
-		out := s.c.procs[n1].Output()
-		if at, ok := syncLoggedAfter(out[min(mark, len(out)):], start, "resync=true", "Dataplane synced again"); ok && at.Before(start.Add(took)) {
+		var at time.Time
+		logged := func(out string) bool {
+			var ok bool
+			at, ok = syncStartedAfter(out, start, "resync=true", "Dataplane synced again")
+			return ok
+		}
+		if s.c.procs[n1].AwaitOutput(mark, logged, 10*time.Second) && at.Before(start.Add(took)) {
 			took = at.Sub(start)
 		}
 	}
@@ -753,11 +760,19 @@ func (s *suite) refusedBy(t *testing.T, r *row, refuse func(t *testing.T) refusa
 	if !c.v.kubeProxy {
 		// The end of the first sync that succeeded after the refusal ended,
 		// as kpng logs it: the polling above is late by up to one poll.
-		out := p.Output()
-		since := out[min(mark, len(out)):]
-		if at, ok := syncLoggedAfter(since, fixed, "Dataplane synced again", "reset=true"); ok && at.Before(fixed.Add(repaired)) {
+		// The test process may not have read that line from kpng's output
+		// yet: wait for it.
+		var at time.Time
+		logged := func(out string) bool {
+			var ok bool
+			at, ok = syncLoggedAfter(out, fixed, "Dataplane synced again", "reset=true")
+			return ok
+		}
+		if p.AwaitOutput(mark, logged, 10*time.Second) && at.Before(fixed.Add(repaired)) {
 			repaired = at.Sub(fixed)
 		}
+		out := p.Output()
+		since := out[min(mark, len(out)):]
 		var last time.Duration
 		for _, m := range regexp.MustCompile(`retryIn="([^"]+)"`).FindAllStringSubmatch(since, -1) {
 			if d, err := time.ParseDuration(m[1]); err == nil {
@@ -798,14 +813,38 @@ func (s *suite) refusedBy(t *testing.T, r *row, refuse func(t *testing.T) refusa
 // "I1126 15:04:05.000000 ..." header) logged after after, that reports a
 // sync ("Dataplane synced") and contains one of want.
 func syncLoggedAfter(log string, after time.Time, want ...string) (time.Time, bool) {
+	return firstSyncLogged(log, after, false, want...)
+}
+
+// syncStartedAfter is syncLoggedAfter for a sync that also started after
+// after (its end, less the took="..." it logs): a sync already running
+// when a damage was done cannot be what repaired it.
+func syncStartedAfter(log string, after time.Time, want ...string) (time.Time, bool) {
+	return firstSyncLogged(log, after, true, want...)
+}
+
+var tookField = regexp.MustCompile(`took="?([0-9.]+[a-zµ]+)`)
+
+func firstSyncLogged(log string, after time.Time, started bool, want ...string) (time.Time, bool) {
 	for _, line := range strings.Split(log, "\n") {
 		if !strings.Contains(line, "Dataplane synced") || !slices.ContainsFunc(want, func(w string) bool { return strings.Contains(line, w) }) {
 			continue
 		}
 		at, ok := klogTime(line, after)
-		if ok && at.After(after) {
-			return at, true
+		if !ok || !at.After(after) {
+			continue
 		}
+		if started {
+			m := tookField.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			took, err := time.ParseDuration(m[1])
+			if err != nil || !at.Add(-took).After(after) {
+				continue
+			}
+		}
+		return at, true
 	}
 	return time.Time{}, false
 }

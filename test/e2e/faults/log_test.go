@@ -22,4 +22,16 @@ I1126 15:34:54.250000    1 run.go:266] "Dataplane synced" revision=6 changes="re
 	if _, ok := syncLoggedAfter(log, after.Add(time.Second), "resync=true"); ok {
 		t.Error("a sync before the damage was taken for the repair")
 	}
+	// A sync that ended after the damage but started before it (took
+	// 400 ms) did not repair it; the next one did.
+	running := `I1126 15:34:54.100000    1 run.go:266] "Dataplane synced" revision=6 changes="reset=false resync=true node=false set=0 deleted=0" took="400ms"
+I1126 15:34:54.300000    1 run.go:266] "Dataplane synced" revision=6 changes="reset=false resync=true node=false set=0 deleted=0" took="2.5ms"
+`
+	at, ok = syncStartedAfter(running, after, "resync=true")
+	if want := after.Add(300 * time.Millisecond); !ok || !at.Equal(want) {
+		t.Errorf("syncStartedAfter = %v, %v; want %v", at, ok, want)
+	}
+	if at, ok := syncLoggedAfter(running, after, "resync=true"); !ok || !at.Equal(after.Add(100*time.Millisecond)) {
+		t.Errorf("syncLoggedAfter = %v, %v; want the first line's end", at, ok)
+	}
 }

@@ -106,8 +106,9 @@ through the same cases, as the reference.
 and the node's clients open their sockets, and with --sync-period=%v (30 s by
 default). It writes no firewall rules: "table deleted", "chain flushed" and
 "rule deleted" are n/a for it, and its equivalents are rows of their own. The
-kernel notifies no change of a BPF map, so what is damaged by hand is repaired
-by the periodic sync, which reads the services map back: each damage must be
+kernel notifies no change of a BPF map or link, so what is damaged by hand is
+repaired by the periodic sync, which reads the maps back and checks the links:
+each damage must be
 repaired at the first periodic sync after it, within the sync period plus
 %v, and the probes that fail until then are counted. "services map emptied":
 every frontend of node-1's pinned kpng_services deleted, as a table deleted;

@@ -132,6 +132,22 @@ type kpngBackend struct {
 func (b kpngBackend) Name() string       { return b.name }
 func (b kpngBackend) SyncedLine() string { return "Dataplane synced" }
 
+// LoadedLine implements StateLoader.
+func (b kpngBackend) LoadedLine(digest string) string { return LoadedLine(digest) }
+
+// StateLoader is a Backend whose proxy logs which content of the state
+// file it loaded: the first SyncedLine after LoadedLine(State.Digest())
+// is the sync that applied that content, where the first SyncedLine after
+// a write may be of an earlier one (a periodic sync, a line still in the
+// pipe).
+type StateLoader interface {
+	LoadedLine(digest string) string
+}
+
+// LoadedLine is what kpng's file source logs when it loaded the content
+// file.Digest names.
+func LoadedLine(digest string) string { return fmt.Sprintf("digest=%q", digest) }
+
 func (b kpngBackend) argv(t testing.TB, node *Node, stateFile string, cfg ProxyConfig) []string {
 	argv := []string{KpngBinary(t), "--v=2", "file", "--input", stateFile, "to-local", "--node-name", node.Name, "to-" + b.name}
 	argv = append(argv, kpngFlags(t, b.name, node, cfg)...)

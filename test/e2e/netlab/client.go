@@ -43,7 +43,9 @@ const (
 	// timeout, so they cannot be confused with a drop.
 	Refused
 	// TimedOut: no answer at all within the timeout, i.e. the request or the
-	// answer was dropped.
+	// answer was dropped; for [Host.Probe], also an answer that came only
+	// after a packet of the TCP handshake was sent again (see
+	// Result.Retransmits): a drop, which the retransmission outlived.
 	TimedOut
 	// Failed: anything else (no route, a garbled answer, ...); see Result.Err.
 	Failed
@@ -79,6 +81,14 @@ type Result struct {
 	Err error
 	// Elapsed is how long the attempt took.
 	Elapsed time.Duration
+	// Retransmits counts, for TCP, the handshake packets sent again: the
+	// client's SYNs (as its kernel counted them when the connect ended,
+	// whatever the outcome) and the server's SYN-ACKs (as the server's
+	// kernel counted them, reported in its answer). A handshake packet is
+	// sent again only when the one before got no answer for a second or
+	// more: it is the kernel's record of a drop, which no stall of the
+	// test process can fake.
+	Retransmits int
 }
 
 func (r Result) String() string {
@@ -110,8 +120,9 @@ func (h *Host) Dial(proto Protocol, dst netip.AddrPort, timeout time.Duration) R
 	deadline := start.Add(timeout)
 	var r Result
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	conn, err := h.connect(ctx, proto, dst)
+	conn, retrans, err := h.connectCounted(ctx, proto, dst)
 	cancel()
+	r.Retransmits = retrans
 	if err != nil {
 		r.Err = fmt.Errorf("%s %s from %s: %w", proto, dst, h.Name, err)
 		r.Outcome = classify(err)
@@ -144,6 +155,39 @@ func (h *Host) Dial(proto Protocol, dst netip.AddrPort, timeout time.Duration) R
 		return finish(r, start, fmt.Errorf("%s %s from %s: read: %w", proto, dst, h.Name, err))
 	}
 	return parseAnswer(r, start, line, fmt.Sprintf("%s %s from %s", proto, dst, h.Name))
+}
+
+// ProbePatience is how long [Host.Probe] waits for an answer.
+const ProbePatience = 5 * time.Second
+
+// Probe makes one attempt from h as Dial does, for the traffic a test keeps
+// running while it disturbs a proxy (a restart, a fault, churn), and judges
+// it by what the kernel recorded rather than by the test process's clock.
+// On a machine loaded beyond its cores the test process, which sends the
+// probes and runs the servers that answer them, may stand still for
+// seconds; a probe timed by its clock would then fail although every
+// packet went through. So a probe waits up to [ProbePatience] for its
+// answer, and fails if
+//
+//   - it was refused, or failed, as for Dial;
+//   - no answer came at all: the request or the answer was dropped (UDP
+//     has no retransmission, so a datagram dropped once is never answered;
+//     TCP retransmits, and a SYN dropped on every try is never answered);
+//   - for TCP, an answer came, but only after a packet of the handshake was
+//     sent again (Result.Retransmits): the first was dropped. Its Outcome is
+//     then TimedOut, as it was when probes were timed.
+//
+// A dataplane that drops a probe for less than the kernel's first
+// retransmission timeout (one second for a SYN) is caught as before; only
+// the test process's own delays no longer count.
+func (h *Host) Probe(proto Protocol, dst netip.AddrPort) Result {
+	r := h.Dial(proto, dst, ProbePatience)
+	if r.Outcome == OK && r.Retransmits > 0 {
+		r.Outcome = TimedOut
+		r.Err = fmt.Errorf("%s %s from %s: answered by %s after %v, but only after %d handshake packet(s) were sent again: a drop",
+			proto, dst, h.Name, r.Pod, r.Elapsed.Round(time.Millisecond), r.Retransmits)
+	}
+	return r
 }
 
 // recvErr sets IP_RECVERR / IPV6_RECVERR on a client socket. Without it, an

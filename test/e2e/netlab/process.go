@@ -251,6 +251,31 @@ func (p *Process) WaitOutputSince(t testing.TB, mark int, substr string, within 
 	}
 }
 
+// AwaitOutput waits until match accepts the output printed after mark (see
+// Mark), waking on every write, and reports whether it did within within
+// (or before the run exited). Unlike WaitOutputSince, a miss is the
+// caller's to judge: a log line the test may use but need not get.
+func (p *Process) AwaitOutput(mark int, match func(out string) bool, within time.Duration) bool {
+	p.mu.Lock()
+	from, done := max(p.from, mark), p.done
+	p.mu.Unlock()
+	timeout := time.After(within)
+	for {
+		out, changed := p.out.snapshot()
+		if match(out[min(from, len(out)):]) {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-done:
+			out, _ := p.out.snapshot()
+			return match(out[min(from, len(out)):])
+		case <-timeout:
+			return false
+		}
+	}
+}
+
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of a process's
 // stdout and stderr copiers, that tells waiters about writes.
 type syncBuffer struct {

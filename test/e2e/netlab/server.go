@@ -211,8 +211,16 @@ const streamIdle = 2 * time.Minute
 // line the client sends with the same greeting, until the client closes
 // (see Stream): a long-lived connection shows that it still reaches the same
 // server, with the same address translation.
+//
+// When the kernel sent the handshake's SYN-ACK again (the client's ACK, or
+// the SYN-ACK itself, was dropped), the greeting ends in " retrans=<n>", so
+// that the client knows of a drop on the way back (Result.Retransmits).
 func (s *Server) serveConn(c net.Conn) {
-	greeting := fmt.Sprintf("%s %s\n", s.host.Name, c.RemoteAddr())
+	greeting := fmt.Sprintf("%s %s", s.host.Name, c.RemoteAddr())
+	if n := connRetrans(c); n > 0 {
+		greeting += fmt.Sprintf(" retrans=%d", n)
+	}
+	greeting += "\n"
 	r := bufio.NewReader(c)
 	for {
 		_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))

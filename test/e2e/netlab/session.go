@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -66,15 +67,40 @@ func (s *Stream) read(start time.Time, timeout time.Duration) Result {
 // Close closes the connection.
 func (s *Stream) Close() error { return s.conn.Close() }
 
-// parseAnswer fills r from a server's answer line "<name> <peer>".
+// parseAnswer fills r from a server's answer line "<name> <peer>", which a
+// TCP server follows with " retrans=<n>" when its kernel sent the
+// handshake's SYN-ACK again n times (see Server): those are added to
+// r.Retransmits.
 func parseAnswer(r Result, start time.Time, line, what string) Result {
-	name, peer, ok := strings.Cut(strings.TrimSpace(line), " ")
-	ap, perr := netip.ParseAddrPort(peer)
-	if !ok || perr != nil {
+	f := strings.Fields(line)
+	var ap netip.AddrPort
+	var perr error
+	if len(f) >= 2 {
+		ap, perr = netip.ParseAddrPort(f[1])
+	}
+	n, rerr := 0, error(nil)
+	if len(f) == 3 {
+		n, rerr = parseRetrans(f[2])
+	}
+	if len(f) < 2 || len(f) > 3 || perr != nil || rerr != nil {
 		return finish(r, start, fmt.Errorf("%s: garbled answer %q", what, line))
 	}
-	r.Outcome, r.Pod, r.Peer, r.Elapsed = OK, name, ap, time.Since(start)
+	r.Outcome, r.Pod, r.Peer, r.Elapsed = OK, f[0], ap, time.Since(start)
+	r.Retransmits += n
 	return r
+}
+
+// parseRetrans parses the "retrans=<n>" of a server's answer.
+func parseRetrans(s string) (int, error) {
+	v, ok := strings.CutPrefix(s, "retrans=")
+	if !ok {
+		return 0, fmt.Errorf("not retrans=<n>: %q", s)
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("not retrans=<n>: %q", s)
+	}
+	return n, nil
 }
 
 // UDPClient is a connected UDP socket that keeps its source port across

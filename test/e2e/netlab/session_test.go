@@ -53,7 +53,7 @@ func TestUDPClient(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 3 {
-			if r := u.Exchange(time.Second); r.Outcome != OK || r.Pod != "pod-c" || r.Peer != u.Local() {
+			if r := u.Exchange(ProbePatience); r.Outcome != OK || r.Pod != "pod-c" || r.Peer != u.Local() {
 				t.Fatalf("IPv%d: %v, local %s", fam, r, u.Local())
 			}
 		}
@@ -65,7 +65,7 @@ func TestUDPClient(t *testing.T) {
 	}
 	defer u.Close()
 	c.Server.ClosePort(8080)
-	if r := u.Exchange(time.Second); r.Outcome != Refused {
+	if r := u.Exchange(ProbePatience); r.Outcome != Refused {
 		t.Fatalf("after ClosePort: %v", r)
 	}
 }
@@ -75,16 +75,16 @@ func TestUDPClient(t *testing.T) {
 func TestHTTPGet(t *testing.T) {
 	l := New(t, DefaultSpec())
 	ext := l.External
-	if r := ext.HTTPGet("http://192.168.77.10:10999/", time.Second); r.Outcome != Refused {
+	if r := ext.HTTPGet("http://192.168.77.10:10999/", ProbePatience); r.Outcome != Refused {
 		t.Errorf("closed port: %v", r)
 	}
-	if r := ext.HTTPGet("http://[fd00:77::10]:10999/", time.Second); r.Outcome != Refused {
+	if r := ext.HTTPGet("http://[fd00:77::10]:10999/", ProbePatience); r.Outcome != Refused {
 		t.Errorf("closed port, IPv6: %v", r)
 	}
 	if err := l.Node("node-1").Serve(10998); err != nil {
 		t.Fatal(err)
 	}
-	if r := ext.HTTPGet("http://192.168.77.10:10998/", time.Second); r.Outcome != Failed {
+	if r := ext.HTTPGet("http://192.168.77.10:10998/", ProbePatience); r.Outcome != Failed {
 		t.Errorf("echo server is no HTTP server: %v", r)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -159,7 +160,7 @@ func (m *socketMaker) close() {
 // dial connects a socket of the maker's host to dst, with IP_RECVERR set
 // (see recvErr), within ctx's deadline. Errors are as net.Dialer's: a
 // *net.OpError wrapping the errno, or os.ErrDeadlineExceeded.
-func (m *socketMaker) dial(ctx context.Context, network string, dst netip.AddrPort) (net.Conn, error) {
+func (m *socketMaker) dial(ctx context.Context, network string, dst netip.AddrPort) (net.Conn, int, error) {
 	family, level, opt := unix.AF_INET6, unix.IPPROTO_IPV6, unix.IPV6_RECVERR
 	var sa unix.Sockaddr = &unix.SockaddrInet6{Addr: dst.Addr().As16(), Port: int(dst.Port())}
 	if a := dst.Addr().Unmap(); a.Is4() {
@@ -175,21 +176,26 @@ func (m *socketMaker) dial(ctx context.Context, network string, dst netip.AddrPo
 	}
 	fd, err := m.socket(family, typ)
 	if err != nil {
-		return nil, opErr(err)
+		return nil, 0, opErr(err)
 	}
 	f := os.NewFile(uintptr(fd), "socket")
 	defer f.Close() // FileConn has its own descriptor
 	if err := unix.SetsockoptInt(fd, level, opt, 1); err != nil {
-		return nil, opErr(os.NewSyscallError("setsockopt", err))
+		return nil, 0, opErr(os.NewSyscallError("setsockopt", err))
 	}
-	if err := connectWithin(ctx, fd, sa); err != nil {
-		return nil, opErr(err)
+	err = connectWithin(ctx, fd, sa)
+	retrans := 0
+	if typ == unix.SOCK_STREAM {
+		retrans = fdRetrans(fd)
+	}
+	if err != nil {
+		return nil, retrans, opErr(err)
 	}
 	c, err := net.FileConn(f)
 	if err != nil {
-		return nil, opErr(err)
+		return nil, retrans, opErr(err)
 	}
-	return c, nil
+	return c, retrans, nil
 }
 
 // connectWithin connects the non-blocking socket fd to sa, waiting for
@@ -267,17 +273,74 @@ func errQueue(fd int) unix.Errno {
 // (its socket maker's) in a lab with cgroups, else one the test process
 // opens in h's namespace. IP_RECVERR is set either way (see recvErr).
 func (h *Host) connect(ctx context.Context, proto Protocol, dst netip.AddrPort) (net.Conn, error) {
+	conn, _, err := h.connectCounted(ctx, proto, dst)
+	return conn, err
+}
+
+// connectCounted is connect, which also returns, for TCP, how many SYNs
+// the kernel sent again before the connect ended (Result.Retransmits),
+// whether it succeeded or not.
+func (h *Host) connectCounted(ctx context.Context, proto Protocol, dst netip.AddrPort) (net.Conn, int, error) {
 	if h.sockets != nil {
 		return h.sockets.dial(ctx, string(proto), dst)
 	}
 	var conn net.Conn
+	retrans := 0
 	err := h.Do(func() error {
 		// A literal address means the dialer connects from this goroutine,
 		// hence from this namespace.
-		d := net.Dialer{Control: recvErr}
+		dup := -1
+		d := net.Dialer{Control: func(network, address string, c syscall.RawConn) error {
+			if err := recvErr(network, address, c); err != nil {
+				return err
+			}
+			if proto != TCP {
+				return nil
+			}
+			// A second descriptor of the socket, to read its TCP_INFO
+			// after a failed connect, which closes the dialer's.
+			var derr error
+			if err := c.Control(func(fd uintptr) { dup, derr = unix.Dup(int(fd)) }); err != nil {
+				return err
+			}
+			if derr != nil {
+				return fmt.Errorf("dup: %w", derr)
+			}
+			return nil
+		}}
 		c, err := d.DialContext(ctx, string(proto), dst.String())
+		if dup >= 0 {
+			retrans = fdRetrans(dup)
+			unix.Close(dup)
+		}
 		conn = c
 		return err
 	})
-	return conn, err
+	return conn, retrans, err
+}
+
+// fdRetrans is the number of segments the kernel sent again on TCP socket
+// fd (tcpi_total_retrans; an accepted socket's count starts with its
+// SYN-ACK's), or 0 if it cannot be read.
+func fdRetrans(fd int) int {
+	info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+	if err != nil {
+		return 0
+	}
+	return int(info.Total_retrans)
+}
+
+// connRetrans is fdRetrans of a TCP connection, 0 for any other.
+func connRetrans(c net.Conn) int {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return 0
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	_ = rc.Control(func(fd uintptr) { n = fdRetrans(int(fd)) })
+	return n
 }

@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kpng/kpng/source/file"
 )
 
 // The lab's cluster-wide ranges, as its State describes them.
@@ -51,6 +53,7 @@ type State struct {
 	lab    *Lab
 	nextIP int
 	mu     sync.Mutex // serializes Write
+	digest string     // of the content Write wrote last (file.Digest)
 }
 
 // NewState returns the state of lab's cluster with no services yet: a Node
@@ -257,6 +260,14 @@ func (s *State) Marshal() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
+// Digest names the content the last Write wrote, as kpng's file source
+// logs it when it has loaded it (see LoadedLine).
+func (s *State) Digest() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.digest
+}
+
 // Write replaces the state file atomically (a temporary file renamed over
 // it), so a watcher never reads half a state. It fails the test on error.
 func (s *State) Write(t testing.TB) {
@@ -290,5 +301,6 @@ func (s *State) write() error {
 		os.Remove(f.Name())
 		return fmt.Errorf("write state: %w", err)
 	}
+	s.digest = file.Digest(b)
 	return nil
 }

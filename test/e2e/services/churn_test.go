@@ -37,8 +37,8 @@ func TestEndpointChurnBreaksNoTraffic(t *testing.T) {
 		for _, fam := range families {
 			for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
 				probes = append(probes,
-					trafficProbe{fmt.Sprintf("%s %s pod-a -> churn ClusterIP", ipv(fam), proto), dialer(&podA.Host, proto, netlab.ClusterIP(churn, fam, 80), answerTimeout)},
-					trafficProbe{fmt.Sprintf("%s %s external -> steady NodePort on node-1", ipv(fam), proto), dialer(ext, proto, netip.AddrPortFrom(n1.Addr(fam), 30081), answerTimeout)},
+					trafficProbe{fmt.Sprintf("%s %s pod-a -> churn ClusterIP", ipv(fam), proto), prober(&podA.Host, proto, netlab.ClusterIP(churn, fam, 80))},
+					trafficProbe{fmt.Sprintf("%s %s external -> steady NodePort on node-1", ipv(fam), proto), prober(ext, proto, netip.AddrPortFrom(n1.Addr(fam), 30081))},
 				)
 			}
 		}

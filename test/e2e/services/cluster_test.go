@@ -14,7 +14,10 @@ import (
 )
 
 // Timeouts of one client attempt. An answer or a rejection arrives in well
-// under a millisecond on veths, so an expected drop is waited for briefly.
+// under a millisecond on veths, so an expected drop is waited for briefly;
+// an attempt expected to be answered is a netlab.Host.Probe (prober),
+// which waits longer and judges by the kernel's retransmissions.
+// answerTimeout bounds the other exchanges (HTTP, streams, UDP sessions).
 const (
 	answerTimeout = time.Second
 	dropTimeout   = 300 * time.Millisecond
@@ -115,8 +118,24 @@ func (c *cluster) apply(t *testing.T) {
 		marks[n] = p.Mark()
 	}
 	c.state.Write(t)
+	sl, ok := c.backend.(netlab.StateLoader)
+	if !ok {
+		for n, p := range c.procs {
+			p.WaitOutputSince(t, marks[n], c.backend.SyncedLine(), syncTimeout)
+		}
+		return
+	}
+	// The sync logged after the proxy loaded what was just written: the
+	// first sync logged after the write may be an earlier one's.
+	loaded, synced := sl.LoadedLine(c.state.Digest()), c.backend.SyncedLine()
 	for n, p := range c.procs {
-		p.WaitOutputSince(t, marks[n], c.backend.SyncedLine(), syncTimeout)
+		applied := func(out string) bool {
+			_, after, ok := strings.Cut(out, loaded)
+			return ok && strings.Contains(after, synced)
+		}
+		if !p.AwaitOutput(marks[n], applied, syncTimeout) {
+			t.Fatalf("node %s: no %q after %q in the proxy's output within %v; output:\n%s", n.Name, synced, loaded, syncTimeout, p.Output())
+		}
 	}
 }
 
@@ -134,6 +153,24 @@ func ipv(fam int) string { return fmt.Sprintf("IPv%d", fam) }
 // dialer returns a function for Eventually and Spread.
 func dialer(h *netlab.Host, proto netlab.Protocol, dst netip.AddrPort, timeout time.Duration) func() netlab.Result {
 	return func() netlab.Result { return h.Dial(proto, dst, timeout) }
+}
+
+// prober returns an attempt expected to be answered or refused
+// (netlab.Host.Probe): it waits for the answer as long as a loaded machine
+// may keep the test process from reading it, and fails on any drop the
+// kernel recorded.
+func prober(h *netlab.Host, proto netlab.Protocol, dst netip.AddrPort) func() netlab.Result {
+	return func() netlab.Result { return h.Probe(proto, dst) }
+}
+
+// dialFor returns the attempt of a test that expects want: an expected
+// drop is waited for briefly (dropTimeout; no answer can come, and a stall
+// of the test process cannot make one), anything else is probed.
+func dialFor(want netlab.Outcome, h *netlab.Host, proto netlab.Protocol, dst netip.AddrPort) func() netlab.Result {
+	if want == netlab.TimedOut {
+		return dialer(h, proto, dst, dropTimeout)
+	}
+	return prober(h, proto, dst)
 }
 
 // expectSpread makes n attempts and fails unless every one was answered,

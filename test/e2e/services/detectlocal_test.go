@@ -68,6 +68,11 @@ func TestDetectLocalModes(t *testing.T) {
 			// No modes: what a mode that tells pods from the rest decides.
 			modes = []mode{{"without-modes", netlab.ProxyConfig{}, true}}
 		}
+		// to-ipvs masquerades the node's connections to a cluster IP
+		// without detection too, and never short-circuits a pod's
+		// connection to an external IP of a Local policy.
+		masqueradedAnyway := differs(t, b, "node-source-without-detection")
+		shortCircuit := !differs(t, b, "no-short-circuit")
 		for _, tc := range modes {
 			t.Run(tc.mode, func(t *testing.T) {
 				// Restart node-1's proxy in the mode: it reconciles the
@@ -79,16 +84,16 @@ func TestDetectLocalModes(t *testing.T) {
 				c.procs[n1].WaitOutput(t, b.SyncedLine(), firstSyncTimeout)
 				for _, fam := range families {
 					// Pod to a remote endpoint: never masqueraded.
-					r := netlab.Eventually(t, settle, dialer(&podA.Host, netlab.TCP, netlab.ClusterIP(remote, fam, 80), answerTimeout), netlab.Answered("pod-c"))
+					r := netlab.Eventually(t, settle, prober(&podA.Host, netlab.TCP, netlab.ClusterIP(remote, fam, 80)), netlab.Answered("pod-c"))
 					if r.Peer.Addr() != podA.Addr(fam) {
 						t.Errorf("%s pod-a -> remote-ep: pod-c saw %s; want pod-a's own %s", ipv(fam), r.Peer.Addr(), podA.Addr(fam))
 					}
 
 					// Node to a same-node endpoint: masqueraded (to the
 					// bridge address) when the mode tells pods from the rest.
-					r = netlab.Eventually(t, settle, dialer(&n1.Host, netlab.TCP, netlab.ClusterIP(local, fam, 80), answerTimeout), netlab.Answered("pod-a"))
+					r = netlab.Eventually(t, settle, prober(&n1.Host, netlab.TCP, netlab.ClusterIP(local, fam, 80)), netlab.Answered("pod-a"))
 					want := n1.Addr(fam)
-					if tc.detects {
+					if tc.detects || masqueradedAnyway {
 						want = gateway(n1, fam)
 					}
 					if r.Peer.Addr() != want {
@@ -99,7 +104,7 @@ func TestDetectLocalModes(t *testing.T) {
 					// node-1's pods and node-1 itself reach node-1's
 					// endpoint only, and nothing when node-1 has none.
 					for _, client := range []*netlab.Host{&podA.Host, &n1.Host} {
-						dial := dialer(client, netlab.TCP, netlab.ClusterIP(itp, fam, 80), answerTimeout)
+						dial := prober(client, netlab.TCP, netlab.ClusterIP(itp, fam, 80))
 						netlab.Eventually(t, settle, dial, netlab.Answered("pod-b"))
 						expectOnly(t, 20, dial, netlab.OK, "pod-b")
 						expectOnly(t, 2, dialer(client, netlab.TCP, netlab.ClusterIP(itpRemote, fam, 80), dropTimeout), netlab.TimedOut, "")
@@ -107,8 +112,8 @@ func TestDetectLocalModes(t *testing.T) {
 
 					// Pod to the external IP of an ETP Local service whose
 					// only endpoint is on node-2.
-					dial := dialer(&podA.Host, netlab.TCP, addrOf(etp.Spec.ExternalIPs, fam, 80), answerTimeout)
-					if !tc.detects {
+					dial := prober(&podA.Host, netlab.TCP, addrOf(etp.Spec.ExternalIPs, fam, 80))
+					if !tc.detects || !shortCircuit {
 						expectOnly(t, 3, dialer(&podA.Host, netlab.TCP, addrOf(etp.Spec.ExternalIPs, fam, 80), dropTimeout), netlab.TimedOut, "")
 						continue
 					}

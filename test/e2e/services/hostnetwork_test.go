@@ -35,14 +35,14 @@ func TestHostNetworkEndpoints(t *testing.T) {
 			for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
 				for _, client := range []*netlab.Host{&c.pod("pod-a").Host, &n1.Host, &c.pod("pod-c").Host, &n2.Host} {
 					t.Run(fmt.Sprintf("%s/%s/cluster-IP-from-%s", ipv(fam), proto, client.Name), func(t *testing.T) {
-						dial := dialer(client, proto, netlab.ClusterIP(svc, fam, 80), answerTimeout)
+						dial := prober(client, proto, netlab.ClusterIP(svc, fam, 80))
 						netlab.Eventually(t, settle, dial, netlab.Answered("node-2"))
 						expectOnly(t, 5, dial, netlab.OK, "node-2")
 					})
 				}
 				for _, via := range []*netlab.Node{n1, n2} {
 					t.Run(fmt.Sprintf("%s/%s/node-port-via-%s", ipv(fam), proto, via.Name), func(t *testing.T) {
-						dial := dialer(ext, proto, netip.AddrPortFrom(via.Addr(fam), npCluster), answerTimeout)
+						dial := prober(ext, proto, netip.AddrPortFrom(via.Addr(fam), npCluster))
 						r := netlab.Eventually(t, settle, dial, netlab.Answered("node-2"))
 						expectOnly(t, 5, dial, netlab.OK, "node-2")
 						// Forwarded to node-2: masqueraded to node-1's

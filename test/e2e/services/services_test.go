@@ -173,7 +173,7 @@ func TestServices(t *testing.T) {
 				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
 					for _, client := range []*netlab.Host{&podA.Host, &n1.Host, &podC.Host} {
 						t.Run(fmt.Sprintf("%s/%s/from-%s", ipv(fam), proto, client.Name), func(t *testing.T) {
-							dial := dialer(client, proto, netlab.ClusterIP(web, fam, 80), answerTimeout)
+							dial := prober(client, proto, netlab.ClusterIP(web, fam, 80))
 							netlab.Eventually(t, settle, dial, netlab.Answered())
 							expectSpread(t, 40, dial, "pod-b", "pod-c")
 						})
@@ -186,7 +186,7 @@ func TestServices(t *testing.T) {
 			// Detect-local by cluster CIDR: traffic from a pod is not
 			// masqueraded, to a same-node or a remote endpoint.
 			for _, fam := range families {
-				dial := dialer(&podA.Host, netlab.TCP, netlab.ClusterIP(svcs["web"], fam, 80), answerTimeout)
+				dial := prober(&podA.Host, netlab.TCP, netlab.ClusterIP(svcs["web"], fam, 80))
 				for range 20 {
 					if r := dial(); r.Outcome != netlab.OK || r.Peer.Addr() != podA.Addr(fam) {
 						t.Fatalf("%s: %v; want pod-a's own address %s", ipv(fam), r, podA.Addr(fam))
@@ -200,7 +200,7 @@ func TestServices(t *testing.T) {
 			// endpoint: masqueraded to the bridge address, so the reply
 			// comes back through the node's conntrack.
 			for _, fam := range families {
-				r := netlab.Eventually(t, settle, dialer(&n1.Host, netlab.TCP, netlab.ClusterIP(svcs["hairpin"], fam, 80), answerTimeout), netlab.Answered("pod-a"))
+				r := netlab.Eventually(t, settle, prober(&n1.Host, netlab.TCP, netlab.ClusterIP(svcs["hairpin"], fam, 80)), netlab.Answered("pod-a"))
 				if gw := gateway(n1, fam); r.Peer.Addr() != gw {
 					t.Errorf("%s: pod-a saw %s; want the masqueraded bridge address %s", ipv(fam), r.Peer, gw)
 				}
@@ -212,13 +212,13 @@ func TestServices(t *testing.T) {
 			// rule for it (the packet goes where the node routes the
 			// address, nowhere in this lab). Each of kpng's backends
 			// behaves as kube-proxy's mode of the same name.
-			want, timeout := netlab.Refused, answerTimeout
+			want := netlab.Refused
 			if b.Name() == "kube-proxy-iptables" || b.Name() == "iptables" || differs(t, b, "unknown-port") {
-				want, timeout = netlab.TimedOut, dropTimeout
+				want = netlab.TimedOut
 			}
 			for _, fam := range families {
 				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
-					expectOnly(t, 5, dialer(&podA.Host, proto, netlab.ClusterIP(svcs["web"], fam, 81), timeout), want, "")
+					expectOnly(t, 5, dialFor(want, &podA.Host, proto, netlab.ClusterIP(svcs["web"], fam, 81)), want, "")
 				}
 			}
 		})
@@ -227,7 +227,7 @@ func TestServices(t *testing.T) {
 			for _, fam := range families {
 				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
 					for _, client := range []*netlab.Host{&podA.Host, &n1.Host} {
-						expectOnly(t, 5, dialer(client, proto, netlab.ClusterIP(svcs["no-endpoints"], fam, 80), answerTimeout), netlab.Refused, "")
+						expectOnly(t, 5, prober(client, proto, netlab.ClusterIP(svcs["no-endpoints"], fam, 80)), netlab.Refused, "")
 					}
 				}
 			}
@@ -253,7 +253,7 @@ func TestServices(t *testing.T) {
 					for _, via := range []*netlab.Node{n1, n2} {
 						t.Run(fmt.Sprintf("%s/%s/via-%s", ipv(fam), proto, via.Name), func(t *testing.T) {
 							dst := netip.AddrPortFrom(via.Addr(fam), npCluster)
-							dial := dialer(ext, proto, dst, answerTimeout)
+							dial := prober(ext, proto, dst)
 							netlab.Eventually(t, settle, dial, netlab.Answered())
 							expectSpread(t, 40, dial, "pod-a", "pod-c")
 							// Cluster policy: masqueraded to an address of
@@ -278,7 +278,7 @@ func TestServices(t *testing.T) {
 					via *netlab.Node
 					pod *netlab.Pod
 				}{{n1, podA}, {n2, podC}} {
-					dial := dialer(ext, netlab.TCP, netip.AddrPortFrom(tc.via.Addr(fam), npLocal), answerTimeout)
+					dial := prober(ext, netlab.TCP, netip.AddrPortFrom(tc.via.Addr(fam), npLocal))
 					netlab.Eventually(t, settle, dial, netlab.Answered())
 					for range 20 {
 						r := dial()
@@ -292,7 +292,7 @@ func TestServices(t *testing.T) {
 
 		t.Run("NodePort/ETP-Local-no-local-endpoint-dropped", func(t *testing.T) {
 			for _, fam := range families {
-				netlab.Eventually(t, settle, dialer(ext, netlab.TCP, netip.AddrPortFrom(n1.Addr(fam), npLBLocal), answerTimeout), netlab.Answered("pod-a"))
+				netlab.Eventually(t, settle, prober(ext, netlab.TCP, netip.AddrPortFrom(n1.Addr(fam), npLBLocal)), netlab.Answered("pod-a"))
 				expectOnly(t, 3, dialer(ext, netlab.TCP, netip.AddrPortFrom(n2.Addr(fam), npLBLocal), dropTimeout), netlab.TimedOut, "")
 			}
 		})
@@ -303,7 +303,7 @@ func TestServices(t *testing.T) {
 			for _, fam := range families {
 				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
 					for _, client := range []*netlab.Host{ext, &n2.Host} {
-						expectOnly(t, 3, dialer(client, proto, netip.AddrPortFrom(n1.Addr(fam), npNoEps), answerTimeout), netlab.Refused, "")
+						expectOnly(t, 3, prober(client, proto, netip.AddrPortFrom(n1.Addr(fam), npNoEps)), netlab.Refused, "")
 					}
 				}
 			}
@@ -311,27 +311,27 @@ func TestServices(t *testing.T) {
 
 		// From outside, what a Service without endpoints does on its
 		// external and load-balancer IPs: refused.
-		fromOutside := func(t *testing.T) (netlab.Outcome, time.Duration) {
+		fromOutside := func(t *testing.T) netlab.Outcome {
 			if differs(t, b, "no-endpoints-from-outside") {
-				return netlab.TimedOut, dropTimeout
+				return netlab.TimedOut
 			}
-			return netlab.Refused, answerTimeout
+			return netlab.Refused
 		}
 		t.Run("ExternalIPs/no-endpoints-refused", func(t *testing.T) {
-			fromOutside, fromOutsideTimeout := fromOutside(t)
+			fromOutside := fromOutside(t)
 			for _, fam := range families {
 				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
-					expectOnly(t, 3, dialer(ext, proto, addrOf(noEndpointsExternalIPs, fam, 80), fromOutsideTimeout), fromOutside, "")
+					expectOnly(t, 3, dialFor(fromOutside, ext, proto, addrOf(noEndpointsExternalIPs, fam, 80)), fromOutside, "")
 				}
 			}
 		})
 
 		t.Run("LoadBalancer/no-endpoints-refused", func(t *testing.T) {
-			fromOutside, fromOutsideTimeout := fromOutside(t)
+			fromOutside := fromOutside(t)
 			for _, fam := range families {
 				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
-					expectOnly(t, 3, dialer(ext, proto, addrOf(noEndpointsLBIPs, fam, 80), fromOutsideTimeout), fromOutside, "")
-					expectOnly(t, 3, dialer(&podA.Host, proto, addrOf(noEndpointsLBIPs, fam, 80), answerTimeout), netlab.Refused, "")
+					expectOnly(t, 3, dialFor(fromOutside, ext, proto, addrOf(noEndpointsLBIPs, fam, 80)), fromOutside, "")
+					expectOnly(t, 3, prober(&podA.Host, proto, addrOf(noEndpointsLBIPs, fam, 80)), netlab.Refused, "")
 				}
 			}
 		})
@@ -339,7 +339,7 @@ func TestServices(t *testing.T) {
 		t.Run("ExternalIPs", func(t *testing.T) {
 			for _, fam := range families {
 				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
-					dial := dialer(ext, proto, addrOf(externalIPs, fam, 80), answerTimeout)
+					dial := prober(ext, proto, addrOf(externalIPs, fam, 80))
 					netlab.Eventually(t, settle, dial, netlab.Answered())
 					expectSpread(t, 40, dial, "pod-b", "pod-c")
 				}
@@ -349,11 +349,11 @@ func TestServices(t *testing.T) {
 		t.Run("LoadBalancer/source-ranges", func(t *testing.T) {
 			for _, fam := range families {
 				dst := addrOf(lbIPs, fam, 80)
-				netlab.Eventually(t, settle, dialer(ext, netlab.TCP, dst, answerTimeout), netlab.Answered("pod-c"))
-				expectOnly(t, 10, dialer(ext, netlab.TCP, dst, answerTimeout), netlab.OK, "pod-c")
+				netlab.Eventually(t, settle, prober(ext, netlab.TCP, dst), netlab.Answered("pod-c"))
+				expectOnly(t, 10, prober(ext, netlab.TCP, dst), netlab.OK, "pod-c")
 				// pod-a is not in loadBalancerSourceRanges.
 				if differs(t, b, "source-ranges-from-node") {
-					expectOnly(t, 3, dialer(&podA.Host, netlab.TCP, dst, answerTimeout), netlab.OK, "pod-c")
+					expectOnly(t, 3, prober(&podA.Host, netlab.TCP, dst), netlab.OK, "pod-c")
 					continue
 				}
 				expectOnly(t, 3, dialer(&podA.Host, netlab.TCP, dst, dropTimeout), netlab.TimedOut, "")
@@ -376,7 +376,7 @@ func TestServices(t *testing.T) {
 				// work has run (on a loaded machine, a while), and a
 				// tentative address is never a source: wait for it.
 				waitUsable(t, &n1.Host, vip.Addr())
-				r := netlab.Eventually(t, settle, dialer(&n1.Host, netlab.TCP, vip, answerTimeout), netlab.Answered("pod-c"))
+				r := netlab.Eventually(t, settle, prober(&n1.Host, netlab.TCP, vip), netlab.Answered("pod-c"))
 				exception := !differs(t, b, "source-ranges-node-exception")
 				if !exception && r.Local.Addr() != n1.Addr(fam) {
 					t.Errorf("%s: node-1's connection left from %s, not from its address towards pod-c %s", ipv(fam), r.Local.Addr(), n1.Addr(fam))
@@ -388,7 +388,7 @@ func TestServices(t *testing.T) {
 					t.Fatal(err)
 				}
 				if !exception {
-					expectOnly(t, 3, dialer(&podA.Host, netlab.TCP, vip, answerTimeout), netlab.OK, "pod-c")
+					expectOnly(t, 3, prober(&podA.Host, netlab.TCP, vip), netlab.OK, "pod-c")
 					continue
 				}
 				// Anyone else outside the ranges is still dropped.
@@ -399,7 +399,7 @@ func TestServices(t *testing.T) {
 		t.Run("LoadBalancer/ETP-Local", func(t *testing.T) {
 			for _, fam := range families {
 				dst := addrOf(lbLocalIPs, fam, 80)
-				r := netlab.Eventually(t, settle, dialer(ext, netlab.TCP, dst, answerTimeout), netlab.Answered("pod-a"))
+				r := netlab.Eventually(t, settle, prober(ext, netlab.TCP, dst), netlab.Answered("pod-a"))
 				if r.Peer.Addr() != ext.Addr(fam) {
 					t.Errorf("%s: pod-a saw %s; want the client's address %s", ipv(fam), r.Peer, ext.Addr(fam))
 				}
@@ -435,7 +435,7 @@ func TestServices(t *testing.T) {
 		t.Run("SessionAffinity", func(t *testing.T) {
 			for _, fam := range families {
 				for _, client := range []*netlab.Host{&podA.Host, &n2.Host} {
-					dial := dialer(client, netlab.TCP, netlab.ClusterIP(svcs["affinity"], fam, 80), answerTimeout)
+					dial := prober(client, netlab.TCP, netlab.ClusterIP(svcs["affinity"], fam, 80))
 					first := netlab.Eventually(t, settle, dial, netlab.Answered())
 					expectOnly(t, 30, dial, netlab.OK, first.Pod)
 				}
@@ -448,7 +448,7 @@ func TestServices(t *testing.T) {
 			// balanced afresh. Each fresh choice repeats the old endpoint
 			// with probability 1/3, so a few rounds must show a change.
 			for _, fam := range families {
-				dial := dialer(&podA.Host, netlab.TCP, netlab.ClusterIP(svcs["affinity-1s"], fam, 80), answerTimeout)
+				dial := prober(&podA.Host, netlab.TCP, netlab.ClusterIP(svcs["affinity-1s"], fam, 80))
 				prev := netlab.Eventually(t, settle, dial, netlab.Answered()).Pod
 				expectOnly(t, 10, dial, netlab.OK, prev)
 				changed := false
@@ -477,7 +477,7 @@ func TestServices(t *testing.T) {
 			self := differs(t, b, "hairpin")
 			for _, fam := range families {
 				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
-					r := netlab.Eventually(t, settle, dialer(&podA.Host, proto, netlab.ClusterIP(svcs["hairpin"], fam, 80), answerTimeout), netlab.Answered("pod-a"))
+					r := netlab.Eventually(t, settle, prober(&podA.Host, proto, netlab.ClusterIP(svcs["hairpin"], fam, 80)), netlab.Answered("pod-a"))
 					if self && r.Peer.Addr() != podA.Addr(fam) {
 						t.Errorf("%s %s: pod-a saw %s; want its own address %s", ipv(fam), proto, r.Peer, podA.Addr(fam))
 					}
@@ -491,11 +491,11 @@ func TestServices(t *testing.T) {
 		t.Run("Terminating", func(t *testing.T) {
 			for _, fam := range families {
 				// Nothing ready: the serving, terminating endpoint is used.
-				dial := dialer(&podA.Host, netlab.TCP, netlab.ClusterIP(svcs["terminating"], fam, 80), answerTimeout)
+				dial := prober(&podA.Host, netlab.TCP, netlab.ClusterIP(svcs["terminating"], fam, 80))
 				netlab.Eventually(t, settle, dial, netlab.Answered("pod-b"))
 				expectOnly(t, 10, dial, netlab.OK, "pod-b")
 				// A ready endpoint exists: the terminating one gets nothing.
-				dial = dialer(&podA.Host, netlab.TCP, netlab.ClusterIP(svcs["terminating-and-ready"], fam, 80), answerTimeout)
+				dial = prober(&podA.Host, netlab.TCP, netlab.ClusterIP(svcs["terminating-and-ready"], fam, 80))
 				netlab.Eventually(t, settle, dial, netlab.Answered("pod-c"))
 				expectOnly(t, 20, dial, netlab.OK, "pod-c")
 			}
@@ -517,7 +517,7 @@ func TestServices(t *testing.T) {
 					c.apply(t)
 				}
 				for _, fam := range families {
-					dial := dialer(&n2.Host, netlab.TCP, netlab.ClusterIP(svc, fam, 80), answerTimeout)
+					dial := prober(&n2.Host, netlab.TCP, netlab.ClusterIP(svc, fam, 80))
 					netlab.Eventually(t, settle, dial, func(r netlab.Result) bool {
 						return r.Outcome == netlab.OK && slices.Contains(step.want, r.Pod) && r.Pod == step.want[len(step.want)-1]
 					})
@@ -554,7 +554,7 @@ func TestServices(t *testing.T) {
 					if !errors.Is(r.Err, syscall.ECONNABORTED) && !errors.Is(r.Err, syscall.EDESTADDRREQ) {
 						t.Errorf("%s: the socket connected to pod-b: %v; want it destroyed (ECONNABORTED, then EDESTADDRREQ)", ipv(fam), r)
 					}
-					netlab.Eventually(t, settle, dialer(&podA.Host, netlab.UDP, netlab.ClusterIP(svc, fam, 80), answerTimeout), netlab.Answered("pod-c"))
+					netlab.Eventually(t, settle, prober(&podA.Host, netlab.UDP, netlab.ClusterIP(svc, fam, 80)), netlab.Answered("pod-c"))
 					continue
 				}
 				netlab.Eventually(t, 5*time.Second, func() netlab.Result { return u.Exchange(answerTimeout) }, netlab.Answered("pod-c"))
@@ -591,7 +591,7 @@ func TestServices(t *testing.T) {
 				expectOnly(t, 2, dialer(&podA.Host, netlab.TCP, netlab.ClusterIP(svcs["web"], fam, 80), dropTimeout), netlab.TimedOut, "")
 				// Nothing translates node-1's node port any more: its stack
 				// refuses it as any closed port.
-				expectOnly(t, 2, dialer(ext, netlab.TCP, netip.AddrPortFrom(n1.Addr(fam), npCluster), answerTimeout), netlab.Refused, "")
+				expectOnly(t, 2, prober(ext, netlab.TCP, netip.AddrPortFrom(n1.Addr(fam), npCluster)), netlab.Refused, "")
 			}
 		})
 	})
@@ -663,7 +663,7 @@ func restartWithoutDrop(t *testing.T, c *cluster, svc *corev1.Service, pod strin
 	streams := map[int]*netlab.Stream{}
 	for _, fam := range families {
 		dst := netlab.ClusterIP(svc, fam, 80)
-		netlab.Eventually(t, settle, dialer(&podA.Host, netlab.TCP, dst, answerTimeout), netlab.Answered(pod))
+		netlab.Eventually(t, settle, prober(&podA.Host, netlab.TCP, dst), netlab.Answered(pod))
 		s, r := podA.OpenStream(dst, answerTimeout)
 		if r.Outcome != netlab.OK {
 			t.Fatalf("%s: open stream: %v", ipv(fam), r)
@@ -740,7 +740,7 @@ func TestMasqueradeAll(t *testing.T) {
 		unmasqueraded := differs(t, b, "masquerade-all")
 		for _, fam := range families {
 			for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
-				r := netlab.Eventually(t, settle, dialer(&podA.Host, proto, netlab.ClusterIP(web, fam, 80), answerTimeout), netlab.Answered("pod-c"))
+				r := netlab.Eventually(t, settle, prober(&podA.Host, proto, netlab.ClusterIP(web, fam, 80)), netlab.Answered("pod-c"))
 				if unmasqueraded {
 					if r.Peer.Addr() != podA.Addr(fam) {
 						t.Errorf("%s %s: pod-c saw %s; want pod-a's own address %s", ipv(fam), proto, r.Peer, podA.Addr(fam))
@@ -782,10 +782,10 @@ func TestNodePortAddresses(t *testing.T) {
 				})
 				n1, podB := c.node("node-1"), c.pod("pod-b")
 				for _, fam := range families {
-					netlab.Eventually(t, settle, dialer(c.lab.External, netlab.TCP, netip.AddrPortFrom(n1.Addr(fam), npCluster), answerTimeout), netlab.Answered("pod-c"))
+					netlab.Eventually(t, settle, prober(c.lab.External, netlab.TCP, netip.AddrPortFrom(n1.Addr(fam), npCluster)), netlab.Answered("pod-c"))
 					bridge := netip.AddrPortFrom(gateway(n1, fam), npCluster)
 					if tc.bridge {
-						expectOnly(t, 3, dialer(&podB.Host, netlab.TCP, bridge, answerTimeout), netlab.OK, "pod-c")
+						expectOnly(t, 3, prober(&podB.Host, netlab.TCP, bridge), netlab.OK, "pod-c")
 						continue
 					}
 					for range 3 {
@@ -827,7 +827,7 @@ func TestRepair(t *testing.T) {
 			t.Helper()
 			for _, fam := range families {
 				for _, proto := range []netlab.Protocol{netlab.TCP, netlab.UDP} {
-					netlab.Eventually(t, within, dialer(&podA.Host, proto, netlab.ClusterIP(web, fam, 80), answerTimeout), netlab.Answered("pod-c"))
+					netlab.Eventually(t, within, prober(&podA.Host, proto, netlab.ClusterIP(web, fam, 80)), netlab.Answered("pod-c"))
 				}
 			}
 		}
