@@ -40,6 +40,14 @@ var differences = map[string]map[string]difference{
 		"repair": {byDesign,
 			"to-ebpf writes BPF maps, not firewall rules, and the kernel does not notify a change of a map: entries deleted behind its back are repaired by the periodic sync (--sync-period), which reads the services map back"},
 	},
+	"ipvs": {
+		"affinity-timeout": {byDesign,
+			"client-IP affinity is IPVS persistence, whose template lives as long as a connection it placed, TIME_WAIT's 2 minutes included: a client that keeps connecting stays on its endpoint past a shorter timeout, as in kube-proxy's ipvs mode (kubernetes/kubernetes#89358; upstream's e2e skips its affinity-timeout tests for ipvs)"},
+		"node-source-without-detection": {byDesign,
+			"without local-traffic detection the node's own connection to a cluster IP leaves from that cluster IP (kube-ipvs0 holds it, so the kernel picks it as the source), which an endpoint on another node could not answer; as kube-proxy's ipvs mode, to-ipvs masquerades it (a cluster IP as source, a service port as destination), so the endpoint sees the node's address towards it"},
+		"no-short-circuit": {byDesign,
+			"IPVS picks real servers by virtual server, not by source: a pod's connection to an external or load-balancer IP of an externalTrafficPolicy Local Service gets the node's local endpoints, not the cluster's, so without local endpoints it is dropped (the view's Local set is empty), as kube-proxy's ipvs mode has no such short-circuit either (its empty virtual server refuses)"},
+	},
 }
 
 type difference struct {
