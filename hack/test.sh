@@ -11,7 +11,8 @@
 #      tests in network namespaces (build tag "e2e", needs root); the ipvs
 #      backend's kernel tests need IPVS, which the host kernel may lack:
 #      their TestMain then runs them in hack/vm.sh's VM (Debian 12's
-#      kernel, docs/vm.md), so they run everywhere, never skip;
+#      kernel, docs/vm.md), so they run everywhere, never skip; the shared
+#      real-packet suite (test/e2e/services) then runs for ipvs in the VM;
 #   4. starts two kubelet nodes with kpng as their DaemonSet (nft, iptables,
 #      and split into brain and agents) and checks that pods reach Services
 #      through it (hack/e2e-node.sh --smoke).
@@ -71,11 +72,30 @@ if [[ -z ${KPNG_E2E_BACKENDS:-} ]] && ! { modprobe -q ip_vs 2>/dev/null; [[ -e /
 		[[ ${name} == ipvs ]] || e2e_backends+=("${name}")
 	done
 	export KPNG_E2E_BACKENDS="$(IFS=,; echo "${e2e_backends[*]}")"
-	echo "no IPVS in this kernel: test/e2e/services runs ${KPNG_E2E_BACKENDS}; backends/ipvs's kernel tests run in hack/vm.sh's VM"
+	echo "no IPVS in this kernel: test/e2e/services runs ${KPNG_E2E_BACKENDS}; backends/ipvs's kernel tests, and test/e2e/services for ipvs, run in hack/vm.sh's VM"
+	services_ipvs_in_vm=1
 fi
 
 log "go test (unit, integration, e2e; race detector on)"
 go test -race -tags "${tags}" -timeout 60m "$@" ./...
+
+# The shared real-packet suite for to-ipvs, which the run above left out
+# (no IPVS in this kernel): in hack/vm.sh's VM, booting Debian 12's kernel
+# (docs/ipvs.md, "How it is tested"). Every test of test/e2e/services that
+# runs per backend, but TestRepair (its damages are nftables and iptables
+# rules, repaired on the kernel's notification; to-ipvs's IPVS and ipsets
+# send none: docs/ipvs.md); TestMigration (kube-proxy's nftables and
+# iptables modes) and TestDifferencesDocumented ran above. Without the race
+# detector, which the emulated VM could not afford; the suite builds kpng
+# in the VM from this tree. A focused run (arguments given) leaves it out.
+if [[ -n ${services_ipvs_in_vm:-} ]] && (($# == 0)); then
+	log "test/e2e/services for ipvs in hack/vm.sh's VM (real packets through IPVS; Debian 12's kernel under emulation)"
+	services_test="${root}/.cache/vm/services-e2e.test"
+	mkdir -p "$(dirname "${services_test}")"
+	go test -c -tags e2e -o "${services_test}" ./test/e2e/services
+	(cd test/e2e/services && KPNG_E2E_BACKENDS=ipvs VM_MODULES="ip_vs nf_conntrack br_netfilter" VM_MEM=4G VM_TIMEOUT=45m \
+		../../../hack/vm.sh "${services_test}" -test.timeout 40m -test.skip '^(TestRepair|TestMigration|TestDifferencesDocumented)$')
+fi
 
 log "go test hack/bench (the benchmark's parsers and quantiles; the benchmark itself is hack/bench.sh)"
 go -C hack/bench test -race "$@" ./...
