@@ -229,25 +229,17 @@ func (p *Process) Mark() int { return p.out.len() }
 // e.g. the sync that follows a change of the cluster state.
 func (p *Process) WaitOutputSince(t testing.TB, mark int, substr string, within time.Duration) {
 	t.Helper()
+	if p.AwaitOutput(mark, func(out string) bool { return strings.Contains(out, substr) }, within) {
+		return
+	}
 	p.mu.Lock()
-	from, done := max(p.from, mark), p.done
+	done := p.done
 	p.mu.Unlock()
-	timeout := time.After(within)
-	for {
-		out, changed := p.out.snapshot()
-		if strings.Contains(out[from:], substr) {
-			return
-		}
-		select {
-		case <-changed:
-		case <-done:
-			if out, _ := p.out.snapshot(); strings.Contains(out[from:], substr) {
-				return
-			}
-			t.Fatalf("process %s exited before printing %q; output:\n%s", strings.Join(p.Argv, " "), substr, p.Output())
-		case <-timeout:
-			t.Fatalf("process %s: no %q in its output within %v; output:\n%s", strings.Join(p.Argv, " "), substr, within, out)
-		}
+	select {
+	case <-done:
+		t.Fatalf("process %s exited before printing %q; output:\n%s", strings.Join(p.Argv, " "), substr, p.Output())
+	default:
+		t.Fatalf("process %s: no %q in its output within %v; output:\n%s", strings.Join(p.Argv, " "), substr, within, p.Output())
 	}
 }
 
