@@ -7,6 +7,10 @@
 #   hack/bench.sh --sizes 100,10000        # other sizes
 #   hack/bench.sh --with-30k               # also 30,000 services (long)
 #   hack/bench.sh --report-only            # redo BENCHMARKS.md from .cache/bench/results-*.json
+#   hack/bench.sh --ebpf-only --sizes 100,1000,10000,30000
+#                                          # kpng-ebpf alone: issue 21's figures (connect to a
+#                                          # ClusterIP vs the pod IP, one endpoint change, maps'
+#                                          # memory); writes only BENCHMARKS.md's kpng-ebpf section
 #
 # It installs the test dependencies first (etcd, nftables, iptables,
 # kube-apiserver and kube-proxy built into .cache/bin), builds kpng from the

@@ -48,11 +48,18 @@ type ProbeResult struct {
 // cgroup and a network namespace without the bench entering either.
 const probeCommand = "probe-client"
 
-// probeRounds is how many times the probe client alternates its targets
-// (100 ms each in a 3 s probe): each sees the same machine load, which on
+// probeRounds is how many times the probe client alternates its targets,
+// at least (100 ms each in a 3 s probe): each sees the same machine load, which on
 // a shared machine moves more in a few seconds than the few per cent
 // compared.
 const probeRounds = 30
+
+// probeRoundsFor is how many rounds a probe of d per target makes: at
+// least probeRounds, and no round longer than 100 ms, so that a long
+// probe (--ebpf-only's) alternates as often as a short one.
+func probeRoundsFor(d time.Duration) int {
+	return max(probeRounds, int(d/(100*time.Millisecond)))
+}
 
 // servePod listens on the probe pod's address in namespace ns and accepts
 // (and closes) connections until the listener is closed.
@@ -91,7 +98,7 @@ func probe(ns string, cgroup *os.File, targets []string, d time.Duration) ([]Pro
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(targets))*d+time.Minute)
 	defer cancel()
 	argv := append([]string{"netns", "exec", ns, self, probeCommand, "--for=" + d.String(),
-		fmt.Sprintf("--rounds=%d", probeRounds)}, targets...)
+		fmt.Sprintf("--rounds=%d", probeRoundsFor(d))}, targets...)
 	cmd := exec.CommandContext(ctx, "ip", argv...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

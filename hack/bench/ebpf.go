@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/kpng/kpng/internal/cgrouptest"
 	"github.com/kpng/kpng/internal/netnstest"
@@ -189,4 +192,81 @@ func sumMemory(m map[string]int64) (total int64, largest string) {
 		parts = append(parts, fmt.Sprintf("%s %.1f MiB", n, mb(m[n])))
 	}
 	return total, strings.Join(parts, ", ")
+}
+
+// programRuns returns the kernel's run-time statistics of every program
+// attached by a link pinned under the proxy's pin path, named by its
+// links ("connect4"; "tcx_in_eth0+tcx_in_pod0" for one program that two
+// links attach, whose statistics are the program's, not each link's): the
+// counters grow only while BPF_ENABLE_STATS is held (enableProgramStats),
+// so two readings around a span give the programs' own cost in it.
+func (e *ebpfNode) programRuns() (map[string]ProgramRun, error) {
+	pins, err := filepath.Glob(filepath.Join(e.pinPath, "link_*"))
+	if err != nil {
+		return nil, err
+	}
+	links := map[ebpf.ProgramID][]string{}
+	runs := map[ebpf.ProgramID]ProgramRun{}
+	var errs []error
+	for _, pin := range pins {
+		name := strings.TrimPrefix(filepath.Base(pin), "link_")
+		id, run, err := linkedProgramRun(pin)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pinned link %s: %w", name, err))
+			continue
+		}
+		links[id] = append(links[id], name)
+		runs[id] = run
+	}
+	out := map[string]ProgramRun{}
+	for id, names := range links {
+		sort.Strings(names)
+		out[strings.Join(names, "+")] = runs[id]
+	}
+	return out, errors.Join(errs...)
+}
+
+func linkedProgramRun(pin string) (ebpf.ProgramID, ProgramRun, error) {
+	// Links take no read-only flag (BPF_F_RDONLY is EINVAL for them).
+	l, err := link.LoadPinnedLink(pin, nil)
+	if err != nil {
+		return 0, ProgramRun{}, err
+	}
+	defer l.Close() // the pin keeps the link
+	info, err := l.Info()
+	if err != nil {
+		return 0, ProgramRun{}, err
+	}
+	prog, err := ebpf.NewProgramFromID(info.Program)
+	if err != nil {
+		return 0, ProgramRun{}, err
+	}
+	defer prog.Close()
+	st, err := prog.Stats()
+	if err != nil {
+		return 0, ProgramRun{}, err
+	}
+	return info.Program, ProgramRun{Runs: st.RunCount, RuntimeNs: uint64(st.Runtime.Nanoseconds())}, nil
+}
+
+// programRunsSince is after's runs less before's, by link.
+func programRunsSince(before, after map[string]ProgramRun) map[string]ProgramRun {
+	out := map[string]ProgramRun{}
+	for name, a := range after {
+		b := before[name]
+		if a.Runs < b.Runs || a.RuntimeNs < b.RuntimeNs {
+			continue // another program behind the link (a repair): no figure
+		}
+		out[name] = ProgramRun{Runs: a.Runs - b.Runs, RuntimeNs: a.RuntimeNs - b.RuntimeNs}
+	}
+	return out
+}
+
+// enableProgramStats switches the kernel's BPF run-time statistics on
+// until the returned closer is closed. They are the whole machine's (the
+// kernel times every BPF program while any holder keeps them on, at a
+// cost of a few tens of nanoseconds a run), so the bench holds them only
+// for the probe.
+func enableProgramStats() (io.Closer, error) {
+	return ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 }

@@ -27,6 +27,13 @@
 // kpng-ebpf's cgroup for kpng-ebpf. kpng-ebpf's maps' memory is the
 // kernel's accounting of each pinned map.
 //
+// With --ebpf-only, kpng-ebpf runs alone (report_ebpf.go, issue 21's
+// figures): no workload phases; single endpoint changes, one at a time,
+// each sync's own time read from kpng's log; a longer probe, with the
+// kernel's run-time statistics of each of its programs read around it;
+// the maps' memory. Its results go to <out>/ebpf, and it writes only
+// BENCHMARKS.md's kpng-ebpf section.
+//
 // Results go to <out>/results-N.json; the report (alone with --report-only)
 // turns all of them into BENCHMARKS.md and the plots under docs/bench, in
 // the repository or in --report-dir. Run it as root with hack/bench.sh.
@@ -82,8 +89,17 @@ func main() {
 		reportOnly = flag.Bool("report-only", false, "only write BENCHMARKS.md and the plots from the results in --out")
 		guideOnly  = flag.Bool("guide-only", false, "only write BENCHMARKS.md's generated guide to kpng-ebpf's figures, leaving the results alone")
 		noReport   = flag.Bool("no-report", false, "do not write BENCHMARKS.md and the plots")
+		ebpfOnly   = flag.Bool("ebpf-only", false, "run kpng-ebpf alone, for issue 21's figures: no workload phases, a longer probe (15 s unless --probe is given), "+
+			"single endpoint changes (--one-changes), results in <out>/ebpf, and only BENCHMARKS.md's kpng-ebpf section written (with --report-only too)")
+		oneChanges = flag.Int("one-changes", 60, "with --ebpf-only: how many single endpoint changes are made, one at a time")
+		oneRate    = flag.Float64("one-change-rate", 5, "with --ebpf-only: single endpoint changes per second")
 	)
 	flag.Parse()
+	probeGiven := false
+	flag.Visit(func(f *flag.Flag) { probeGiven = probeGiven || f.Name == "probe" })
+	if *ebpfOnly && !probeGiven {
+		*probeFor = 15 * time.Second
+	}
 
 	root, err := repoRoot()
 	if err != nil {
@@ -91,12 +107,19 @@ func main() {
 	}
 	if *outDir == "" {
 		*outDir = filepath.Join(root, ".cache", "bench")
+		if *ebpfOnly {
+			*outDir = filepath.Join(*outDir, "ebpf")
+		}
+	}
+	writeReport := report
+	if *ebpfOnly {
+		writeReport = ebpfReport
 	}
 	if *reportDir == "" {
 		*reportDir = root
 	}
 	if *reportOnly {
-		if err := report(root, *reportDir, *outDir); err != nil {
+		if err := writeReport(root, *reportDir, *outDir); err != nil {
 			fatal(err)
 		}
 		return
@@ -115,7 +138,7 @@ func main() {
 	// there, and removes every namespace of the run afterwards, however
 	// the child ended.
 	if os.Getenv(envChild) == "" {
-		os.Exit(runParent(root, *outDir, *reportDir, *noReport))
+		os.Exit(runParent(root, *outDir, *reportDir, *noReport, writeReport))
 	}
 
 	if *variant != "legacy" && *variant != "nft" {
@@ -123,6 +146,7 @@ func main() {
 	}
 	cfg := &config{churnRate: *churnRate, churnFor: *churnFor, burst: *burst, newServices: *newSvcs,
 		serviceRate: *svcRate, startTimeout: *startTO, drainTimeout: *drainTO, probeFor: *probeFor,
+		ebpfOnly: *ebpfOnly, oneChanges: *oneChanges, oneChangeRate: *oneRate,
 		iptablesVariant: *variant,
 		outDir:          *outDir, runID: os.Getenv(envChild), command: "hack/bench.sh " + strings.Join(os.Args[1:], " ")}
 	for _, s := range strings.Split(*sizes, ",") {
@@ -147,7 +171,7 @@ func main() {
 		cfg.kpngVersion = "given: " + cfg.bins.kpng
 	}
 	for _, b := range []string{cfg.bins.kpng, cfg.bins.kubeProxy} {
-		if _, err := os.Stat(b); err != nil {
+		if _, err := os.Stat(b); err != nil && (b == cfg.bins.kpng || !cfg.ebpfOnly) {
 			fatal(fmt.Errorf("%v (run hack/install-test-deps.sh)", err))
 		}
 	}
@@ -187,8 +211,8 @@ func main() {
 }
 
 // runParent creates the bench namespace, runs this program inside it, then
-// deletes every namespace of the run, and writes the report.
-func runParent(root, outDir, reportDir string, noReport bool) int {
+// deletes every namespace of the run, and writes the report with report.
+func runParent(root, outDir, reportDir string, noReport bool, report func(root, dir, resultsDir string) error) int {
 	sweepDeadRuns()
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		fatal(err)

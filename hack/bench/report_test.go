@@ -248,3 +248,80 @@ func TestSpliceGuide(t *testing.T) {
 		t.Errorf("the guide lacks the bench's settings:\n%s", once)
 	}
 }
+
+// ebpfOnlyResults are made-up --ebpf-only results at two sizes.
+func ebpfOnlyResults() []*SizeResult {
+	var out []*SizeResult
+	for i, n := range []int{100, 30000} {
+		r := &SizeResult{Services: n, EndpointsPerService: 10, Command: "hack/bench.sh --ebpf-only", KpngCommit: "0123456789ab",
+			Machine:      Machine{CPUModel: "AMD EPYC", Cores: 2, Kernel: "6.18", LoadStart: [3]float64{12, 0, 0}, LoadEnd: [3]float64{14, 0, 0}},
+			ProbeSeconds: 15, LoadDuring: []float64{13}, EBPFOnly: true}
+		k := &ProxyResult{Name: ebpfName, FirstSyncSeconds: 0.5, BPFMapsMB: 58.6 + float64(i),
+			BPFMaps: map[string]int64{"kpng_ct": 9 << 20, "kpng_services": 2 << 20},
+			BPFPrograms: map[string]ProgramRun{"connect4": {Runs: 1000, RuntimeNs: 700000},
+				"tcx_in_eth0+tcx_in_pod0": {Runs: 2000, RuntimeNs: 1340000}},
+			Probes: []ProbeResult{{Target: "10.96.0.10:80", Connections: 500, P50Micros: 50, P99Micros: 200, MeanMicros: 60},
+				{Target: "10.200.0.2:8080", Connections: 500, P50Micros: 50 - 5*float64(i), P99Micros: 190, MeanMicros: 58}},
+			OneChange: &OneChangeResult{Changes: 60, Syncs: 58, P50Ms: 0.1, P99Ms: 0.9, MeanMs: 0.2, MaxMs: 1.2}}
+		r.Proxies = []*ProxyResult{k}
+		out = append(out, r)
+	}
+	return out
+}
+
+func TestEBPFSection(t *testing.T) {
+	s := ebpfSection(ebpfOnlyResults())
+	for _, want := range []string{
+		"| | 100 services | 30,000 services |",
+		"| 1-minute load average during the run | 12.0 to 14.0 | 12.0 to 14.0 |",
+		"| **p50 ClusterIP / pod IP** (goal ≤ 1.05) | 1.00 | 1.11 |",
+		"| `connect4`'s own run time per call (ns) | 700 | 700 |",
+		"| `connect4` / the ClusterIP connect p50 | 1.4 % | 1.4 % |",
+		"| all kpng-ebpf's programs per connect, both targets (ns) | 2040 | 2040 |",
+		"| **one endpoint change applied, p50 (ms)** (goal < 1) | 0.100 | 0.100 |",
+		"| syncs of one change / changes made | 58 / 60 | 58 / 60 |",
+		"| `tcx_in_eth0+tcx_in_pod0` | 670 (2,000) | 670 (2,000) |",
+		"| `kpng_ct` | 9.00 | 9.00 |",
+		"- 100 services (load 12.0 to 14.0): connect p50 ratio 1.000, met (goal ≤ 1.05); one endpoint change p50 0.100 ms, p99 0.900 ms, met",
+		"- 30,000 services (load 12.0 to 14.0): connect p50 ratio 1.111, **not met**",
+		"**The machine was loaded**",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("the section lacks %q:\n%s", want, s)
+		}
+	}
+}
+
+func TestEBPFReportWritesOnlyItsSection(t *testing.T) {
+	dir, results := t.TempDir(), t.TempDir()
+	for _, r := range ebpfOnlyResults() {
+		if err := writeResult(results, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page := "# Benchmarks\n\nintro\n\n## Results\n\n" + beginMarker + "\nthe other proxies' figures\n" + endMarker + "\n\n## Why kpng falls short\n\nanalysis\n"
+	if err := os.WriteFile(filepath.Join(dir, "BENCHMARKS.md"), []byte(page), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second run replaces the section
+		if err := ebpfReport(dir, dir, results); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "BENCHMARKS.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(b)
+	if strings.Count(got, ebpfBegin) != 1 || strings.Count(got, "## kpng-ebpf alone") != 1 {
+		t.Errorf("the section is not there exactly once:\n%s", got)
+	}
+	for _, want := range []string{"the other proxies' figures\n" + endMarker + "\n\n" + ebpfBegin, ebpfEnd + "\n\n## Why kpng falls short\n\nanalysis\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the page lacks %q:\n%s", want, got)
+		}
+	}
+	if !strings.Contains(got, guideBegin) {
+		t.Error("the guide to kpng-ebpf's figures is missing")
+	}
+}

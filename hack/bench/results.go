@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -34,8 +35,17 @@ type SizeResult struct {
 	// sync and for catching up after a phase.
 	StartTimeout string `json:"start_timeout,omitempty"`
 	DrainTimeout string `json:"drain_timeout,omitempty"`
-	// ProbeSeconds is how long each dataplane probe ran.
+	// ProbeSeconds is how long each dataplane probe ran; ProbeRounds how
+	// many times its targets alternated (0: probeRounds, before it was
+	// recorded).
 	ProbeSeconds float64 `json:"probe_seconds,omitempty"`
+	ProbeRounds  int     `json:"probe_rounds,omitempty"`
+	// EBPFOnly: kpng-ebpf ran alone (--ebpf-only), without the workload
+	// phases, for issue 21's figures; OneChanges and OneChangeRate are
+	// that run's single endpoint changes.
+	EBPFOnly      bool    `json:"ebpf_only,omitempty"`
+	OneChanges    int     `json:"one_changes,omitempty"`
+	OneChangeRate float64 `json:"one_change_rate,omitempty"`
 	// LoadDuring are the 1-minute load averages sampled during the run:
 	// the machine is shared.
 	LoadDuring []float64      `json:"load_during"`
@@ -94,10 +104,51 @@ type ProxyResult struct {
 	// pinned map: the kernel's accounting (memlock in each map's
 	// fdinfo), which the process's RSS does not include; BPFMapsMB its
 	// total.
-	BPFMaps      map[string]int64 `json:"bpf_maps_memlock_bytes,omitempty"`
-	BPFMapsMB    float64          `json:"bpf_maps_mb,omitempty"`
+	BPFMaps   map[string]int64 `json:"bpf_maps_memlock_bytes,omitempty"`
+	BPFMapsMB float64          `json:"bpf_maps_mb,omitempty"`
+	// BPFPrograms are kpng-ebpf's programs' run counts and run times
+	// during the dataplane probe (the kernel's BPF run-time statistics,
+	// switched on for the probe), by pinned link ("connect4",
+	// "tcx_ingress_pod0").
+	BPFPrograms map[string]ProgramRun `json:"bpf_programs,omitempty"`
+	// OneChange is the backend's own time for syncs that applied one
+	// endpoint change (--ebpf-only), from its log.
+	OneChange    *OneChangeResult `json:"one_change,omitempty"`
 	NftTables    []string         `json:"nft_tables,omitempty"`
 	RulesChecked bool             `json:"rules_checked,omitempty"`
+}
+
+// ProgramRun is one BPF program's runs over a span of time, from the
+// kernel's statistics (run_cnt and run_time_ns in the program's fdinfo).
+type ProgramRun struct {
+	Runs      uint64 `json:"runs"`
+	RuntimeNs uint64 `json:"runtime_ns"`
+}
+
+// NsPerRun is the program's mean run time (NaN without runs).
+func (r ProgramRun) NsPerRun() float64 {
+	if r.Runs == 0 {
+		return math.NaN()
+	}
+	return float64(r.RuntimeNs) / float64(r.Runs)
+}
+
+// OneChangeResult is what the proxy's own log says of the syncs that
+// applied exactly one changed Service (set=1, nothing else): the sync's
+// duration as the backend driver measures it around the backend's Sync
+// ("took"), so neither the API server nor the watch is in it.
+type OneChangeResult struct {
+	// Changes is how many single endpoint changes were made; Syncs how
+	// many syncs applied exactly one (the others were coalesced, or
+	// fell into a periodic resync).
+	Changes int     `json:"changes"`
+	Syncs   int     `json:"syncs"`
+	P50Ms   float64 `json:"p50_ms"`
+	P99Ms   float64 `json:"p99_ms"`
+	MeanMs  float64 `json:"mean_ms"`
+	MaxMs   float64 `json:"max_ms"`
+	// LoadDuring is the 1-minute load average when the changes ended.
+	LoadDuring float64 `json:"load"`
 }
 
 // PhaseResult is what one proxy did during one workload, from metrics

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -44,12 +46,18 @@ type config struct {
 	startTimeout time.Duration
 	drainTimeout time.Duration
 	probeFor     time.Duration
-	outDir       string
-	runID        string
-	bins         binaries
-	command      string
-	kpngVersion  string
-	versions     Versions
+	// ebpfOnly runs kpng-ebpf alone, without the workload phases, and
+	// makes oneChanges single endpoint changes at oneChangeRate per
+	// second (issue 21's figures).
+	ebpfOnly      bool
+	oneChanges    int
+	oneChangeRate float64
+	outDir        string
+	runID         string
+	bins          binaries
+	command       string
+	kpngVersion   string
+	versions      Versions
 	// iptablesVariant is legacy or nft; iptablesPath the directory that
 	// makes `iptables` the variant's (iptablesPathDir).
 	iptablesVariant string
@@ -81,7 +89,8 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 		Command: cfg.command, Machine: machine(), ChurnRate: cfg.churnRate, ChurnSeconds: cfg.churnFor.Seconds(),
 		BurstUpdates: cfg.burst, NewServices: cfg.newServices, ServiceRate: cfg.serviceRate,
 		KpngCommit: cfg.kpngVersion, Versions: cfg.versions, ProbeSeconds: cfg.probeFor.Seconds(),
-		IptablesVariant: cfg.iptablesVariant, StartTimeout: cfg.startTimeout.String(), DrainTimeout: cfg.drainTimeout.String()}
+		IptablesVariant: cfg.iptablesVariant, StartTimeout: cfg.startTimeout.String(), DrainTimeout: cfg.drainTimeout.String(),
+		ProbeRounds: probeRoundsFor(cfg.probeFor), EBPFOnly: cfg.ebpfOnly}
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	var loadMu sync.Mutex
@@ -115,7 +124,7 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 
 	// One namespace per proxy, plus a pod namespace behind it.
 	var proxies []*proxy
-	for i, k := range proxyKinds {
+	for i, k := range cfg.kinds() {
 		p := &proxy{kind: k,
 			ns:      fmt.Sprintf("%s%s-%d-p%d", nsPrefix, cfg.runID, n, i),
 			podNS:   fmt.Sprintf("%s%s-%d-p%dpod", nsPrefix, cfg.runID, n, i),
@@ -175,9 +184,26 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 	time.Sleep(settle)
 	drain(ctx, cfg, live, time.Time{}, time.Time{}, nil)
 
-	for _, phase := range phases {
-		if live, err = runPhase(ctx, cfg, cl, phase, live, res); err != nil {
-			return res, fmt.Errorf("phase %s: %w", phase, err)
+	if !cfg.ebpfOnly {
+		for _, phase := range phases {
+			if live, err = runPhase(ctx, cfg, cl, phase, live, res); err != nil {
+				return res, fmt.Errorf("phase %s: %w", phase, err)
+			}
+		}
+	}
+	if cfg.ebpfOnly && cfg.oneChanges > 0 {
+		res.OneChanges, res.OneChangeRate = cfg.oneChanges, cfg.oneChangeRate
+		for _, p := range live {
+			status.set(n, fmt.Sprintf("single endpoint changes: %d, %s/s", cfg.oneChanges, f1(cfg.oneChangeRate)))
+			r := res.proxy(p.kind.Name)
+			oc, err := oneChanges(ctx, cfg, cl, p, cfg.oneChanges, cfg.oneChangeRate)
+			if err != nil {
+				r.Error = joinErr(r.Error, fmt.Sprintf("single endpoint changes: %v", err))
+				continue
+			}
+			r.OneChange = oc
+			logf("size %d: %s: %d syncs of one changed Service (of %d changes): took p50 %.3f ms, p99 %.3f ms, mean %.3f ms, max %.3f ms (load %.1f)",
+				n, p.kind.Name, oc.Syncs, oc.Changes, oc.P50Ms, oc.P99Ms, oc.MeanMs, oc.MaxMs, oc.LoadDuring)
 		}
 	}
 
@@ -192,8 +218,13 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 			continue
 		}
 		for _, pr := range r.Probes {
-			logf("size %d: %s: dataplane to %s: %.0f connections/s, TCP connect time p50 %.0fµs p99 %.0fµs (%d failures)",
-				n, p.kind.Name, pr.Target, pr.PerSecond, pr.P50Micros, pr.P99Micros, pr.Failures)
+			logf("size %d: %s: dataplane to %s: %d connections, %.0f/s, TCP connect time p50 %.1fµs p99 %.1fµs (%d failures)",
+				n, p.kind.Name, pr.Target, pr.Connections, pr.PerSecond, pr.P50Micros, pr.P99Micros, pr.Failures)
+		}
+		for _, name := range slices.Sorted(maps.Keys(r.BPFPrograms)) {
+			if pr := r.BPFPrograms[name]; pr.Runs > 0 {
+				logf("size %d: %s: during the probe, %s ran %d times, %.0f ns each (kernel statistics)", n, p.kind.Name, name, pr.Runs, pr.NsPerRun())
+			}
 		}
 	}
 
@@ -244,6 +275,20 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 	return res, writeResult(cfg.outDir, res)
 }
 
+// kinds are the proxies the run starts: all, or kpng-ebpf alone.
+func (cfg *config) kinds() []proxyKind {
+	if !cfg.ebpfOnly {
+		return proxyKinds
+	}
+	var out []proxyKind
+	for _, k := range proxyKinds {
+		if k.ebpf {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 func joinErr(a, b string) string {
 	if a == "" {
 		return b
@@ -281,9 +326,30 @@ func probeProxy(p *proxy, r *ProxyResult, targets []string, d time.Duration) err
 		}
 		want = "/" + rel
 	}
+	var before map[string]ProgramRun
+	if p.ebpf != nil {
+		// The programs' own cost during the probe: what the Service
+		// adds to a connect, without the noise of the connections around
+		// it.
+		stats, err := enableProgramStats()
+		if err != nil {
+			return fmt.Errorf("probe: BPF statistics: %w", err)
+		}
+		defer stats.Close()
+		if before, err = p.ebpf.programRuns(); err != nil {
+			return fmt.Errorf("probe: %w", err)
+		}
+	}
 	prs, err := probe(p.ns, cg, targets, d)
 	if err != nil {
 		return fmt.Errorf("probe: %w", err)
+	}
+	if p.ebpf != nil {
+		after, err := p.ebpf.programRuns()
+		if err != nil {
+			return fmt.Errorf("probe: %w", err)
+		}
+		r.BPFPrograms = programRunsSince(before, after)
 	}
 	for _, pr := range prs {
 		if want != "" && pr.Cgroup != want {

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"regexp"
+	"slices"
+	"time"
+)
+
+// oneChangeSyncs are a kpng log's syncs that applied exactly one changed
+// Service and nothing else, as the backend driver logs them at -v=2
+// (backend/run.go): `"Dataplane synced" revision=12 changes="reset=false
+// resync=false node=false set=1 deleted=0" took="412.6µs"`.
+var oneChangeSync = regexp.MustCompile(`"Dataplane synced".* changes="reset=false resync=false node=false set=1 deleted=0" took="?([^" ]+)"?`)
+
+// parseOneChangeSyncs returns the "took" of every sync of r that applied
+// exactly one changed Service.
+func parseOneChangeSyncs(r io.Reader) ([]time.Duration, error) {
+	var out []time.Duration
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		m := oneChangeSync.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		d, err := time.ParseDuration(m[1])
+		if err != nil {
+			return nil, fmt.Errorf("sync duration %q: %w", m[1], err)
+		}
+		out = append(out, d)
+	}
+	return out, sc.Err()
+}
+
+// summarizeOneChanges turns the syncs' durations into a OneChangeResult.
+func summarizeOneChanges(changes int, took []time.Duration) *OneChangeResult {
+	r := &OneChangeResult{Changes: changes, Syncs: len(took)}
+	if len(took) == 0 {
+		return r
+	}
+	s := slices.Clone(took)
+	slices.Sort(s)
+	var sum time.Duration
+	for _, d := range s {
+		sum += d
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+	r.P50Ms, r.P99Ms = ms(quantileSorted(s, 0.5)), ms(quantileSorted(s, 0.99))
+	r.MeanMs, r.MaxMs = ms(sum)/float64(len(s)), ms(s[len(s)-1])
+	return r
+}
+
+// oneChanges updates k distinct Services' slices, one endpoint each, one
+// at a time at rate per second (slow enough that each reaches the proxy
+// alone: kpng-ebpf's minimum sync period is 10 ms), waits until p caught
+// up, and reads from p's log what each sync that applied one of them
+// took.
+func oneChanges(ctx context.Context, cfg *config, cl *cluster, p *proxy, k int, rate float64) (*OneChangeResult, error) {
+	offset, err := fileSize(p.logPath)
+	if err != nil {
+		return nil, err
+	}
+	order := rand.Perm(len(cl.slices))
+	if err := paced(ctx, k, rate, func(ctx context.Context, i int) error {
+		return cl.update(ctx, order[i%len(order)])
+	}); err != nil {
+		return nil, err
+	}
+	caught := drain(ctx, cfg, []*proxy{p}, cl.lastWriteStart(), time.Now(), nil)
+	if caught[0].at.IsZero() {
+		return nil, fmt.Errorf("%s did not apply the single changes within %v", p.kind.Name, cfg.drainTimeout)
+	}
+	f, err := os.Open(p.logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return nil, err
+	}
+	took, err := parseOneChangeSyncs(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p.logPath, err)
+	}
+	r := summarizeOneChanges(k, took)
+	r.LoadDuring = loadAvg()[0]
+	return r, nil
+}
+
+func fileSize(path string) (int64, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseOneChangeSyncsTakesOnlySyncsOfOneChangedService(t *testing.T) {
+	log := `I1126 19:00:30.1 1 run.go:273] "Dataplane synced" revision=1 services=101 took="230.60713ms"
+I1126 19:00:32.1 1 run.go:277] "Dataplane synced" revision=2 changes="reset=false resync=false node=false set=1 deleted=0" took="412.6µs"
+I1126 19:00:32.3 1 run.go:277] "Dataplane synced" revision=3 changes="reset=false resync=true node=false set=0 deleted=0" took="3.2ms"
+I1126 19:00:32.5 1 run.go:277] "Dataplane synced" revision=5 changes="reset=false resync=false node=false set=2 deleted=0" took="1.1ms"
+I1126 19:00:32.7 1 run.go:277] "Dataplane synced" revision=6 changes="reset=false resync=true node=false set=1 deleted=0" took="9ms"
+I1126 19:00:32.9 1 run.go:277] "Dataplane synced" revision=7 changes="reset=false resync=false node=false set=1 deleted=0" took="1.5ms"
+I1126 19:00:33.0 1 other.go:1] "Something else" took="7s"
+`
+	got, err := parseOneChangeSyncs(strings.NewReader(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []time.Duration{412600 * time.Nanosecond, 1500 * time.Microsecond}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+func TestSummarizeOneChanges(t *testing.T) {
+	var took []time.Duration
+	for i := 100; i >= 1; i-- {
+		took = append(took, time.Duration(i)*100*time.Microsecond)
+	}
+	r := summarizeOneChanges(120, took)
+	if r.Changes != 120 || r.Syncs != 100 || r.P50Ms != 5 || r.P99Ms != 9.9 || r.MaxMs != 10 || r.MeanMs != 5.05 {
+		t.Errorf("got %+v", r)
+	}
+	if r := summarizeOneChanges(3, nil); r.Syncs != 0 || r.P50Ms != 0 {
+		t.Errorf("no syncs: got %+v", r)
+	}
+}
+
+func TestProgramRunsSince(t *testing.T) {
+	before := map[string]ProgramRun{"connect4": {Runs: 10, RuntimeNs: 7000}, "tcx_in_eth0+tcx_in_pod0": {Runs: 5, RuntimeNs: 100}}
+	after := map[string]ProgramRun{"connect4": {Runs: 110, RuntimeNs: 77000}, "tcx_in_eth0+tcx_in_pod0": {Runs: 1, RuntimeNs: 10},
+		"getpeername4": {Runs: 4, RuntimeNs: 40}}
+	got := programRunsSince(before, after)
+	if got["connect4"] != (ProgramRun{Runs: 100, RuntimeNs: 70000}) || got["connect4"].NsPerRun() != 700 {
+		t.Errorf("connect4: %+v", got["connect4"])
+	}
+	if _, ok := got["tcx_in_eth0+tcx_in_pod0"]; ok {
+		t.Error("a program replaced behind its link (its counters went back) has a figure")
+	}
+	if got["getpeername4"].Runs != 4 {
+		t.Errorf("a link seen only after: %+v", got["getpeername4"])
+	}
+}
