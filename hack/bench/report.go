@@ -153,7 +153,12 @@ column is to kube-proxy-nftables.
   kernel's accounting of every map pinned under P (memlock in the map's fdinfo, as backends/ebpf's
   TestConnectLatency reads it), at the end of the run. The LRU maps are preallocated and the hash maps'
   bucket arrays allocated at creation, so most of it does not grow with the number of services; issue 21 asks
-  for it at 10,000 and 30,000 services (`+"`--sizes 10000 --with-30k`"+`).
+  for it at 10,000 and 30,000 services.
+- **Alone.** `+"`hack/bench.sh --ebpf-only --sizes 100,1000,10000,30000`"+` runs kpng-ebpf without the other
+  proxies and without the workload phases, for issue 21's figures: a longer probe (15 s per target), the
+  kernel's run time of each of its programs during it, single endpoint changes with each sync's own time from
+  kpng's log, the maps' memory. It writes only the section "kpng-ebpf alone" after the results, so the other
+  proxies' figures stay as their last run left them.
 - **Dataplane.** The probe client is a process of its own, started in C (CLONE_INTO_CGROUP: a socket keeps
   the cgroup it was created in, so the process is in C before it opens any) and in the node namespace; the
   bench checks it ran in C. Its connect to the ClusterIP is rewritten to the pod's address by the

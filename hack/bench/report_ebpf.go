@@ -92,6 +92,9 @@ func ebpfSection(results []*SizeResult) string {
 		"only and read before and after it for each program kpng-ebpf attached (found through its pinned links). " +
 		"`connect4` runs on every connect of the cgroup, to the ClusterIP (a hit, rewritten) and to the pod IP " +
 		"(a miss); the tc programs on each packet of both.\n")
+	b.WriteString("- **Each target alone**: after the probe, each target is probed alone for a few seconds with the " +
+		"statistics still on: the programs' time per connection to the ClusterIP against to the pod IP is what " +
+		"kpng-ebpf's programs add to a Service's connect, without the noise of the connections' own time.\n")
 	b.WriteString("- **One endpoint change**: single EndpointSlice updates, one endpoint replaced each time, " +
 		"made one at a time (each reaches kpng alone); the figure is the sync's own time as kpng logs it " +
 		"(`\"Dataplane synced\" ... changes=\"... set=1 deleted=0\" took=...`: the backend's `Sync`, map writes " +
@@ -169,6 +172,34 @@ func ebpfSection(results []*SizeResult) string {
 			ns += pr.RuntimeNs
 		}
 		return f0(nz(float64(ns)) / float64(k.Probes[0].Connections+k.Probes[1].Connections))
+	})
+	perConnect := func(k *ProxyResult, target string) float64 {
+		runs := k.BPFProgramsByTarget[target]
+		var ns uint64
+		for name, pr := range runs {
+			if name != connectsKey {
+				ns += pr.RuntimeNs
+			}
+		}
+		return nz(float64(ns)) / nz(float64(runs[connectsKey].Runs))
+	}
+	row("programs per connect, each target probed alone: ClusterIP / pod IP (ns)", func(_ *SizeResult, k *ProxyResult) string {
+		if k.BPFProgramsByTarget == nil {
+			return "–"
+		}
+		return f0(perConnect(k, "clusterip")) + " / " + f0(perConnect(k, "podip"))
+	})
+	row("`connect4` per call, each target alone: ClusterIP / pod IP (ns)", func(_ *SizeResult, k *ProxyResult) string {
+		if k.BPFProgramsByTarget == nil {
+			return "–"
+		}
+		return f0(k.BPFProgramsByTarget["clusterip"]["connect4"].NsPerRun()) + " / " + f0(k.BPFProgramsByTarget["podip"]["connect4"].NsPerRun())
+	})
+	row("what the programs add to a ClusterIP connect / the pod IP connect p50", func(_ *SizeResult, k *ProxyResult) string {
+		if k.BPFProgramsByTarget == nil || len(k.Probes) < 2 {
+			return "–"
+		}
+		return pct((perConnect(k, "clusterip") - perConnect(k, "podip")) / (1000 * nz(k.Probes[1].P50Micros)))
 	})
 	row(fmt.Sprintf("**one endpoint change applied, p50 (ms)** (goal < %g)", ebpfChangeGoalMs), oneChange(func(o *OneChangeResult) float64 { return o.P50Ms }, f3))
 	row("one endpoint change applied, p99 (ms)", oneChange(func(o *OneChangeResult) float64 { return o.P99Ms }, f3))

@@ -111,6 +111,11 @@ type ProxyResult struct {
 	// switched on for the probe), by pinned link ("connect4",
 	// "tcx_ingress_pod0").
 	BPFPrograms map[string]ProgramRun `json:"bpf_programs,omitempty"`
+	// BPFProgramsByTarget are the same for a short probe of each target
+	// alone ("clusterip", "podip"), with the probe's connections under
+	// "connections": the programs' time on a ClusterIP's connection
+	// against a pod IP's.
+	BPFProgramsByTarget map[string]map[string]ProgramRun `json:"bpf_programs_by_target,omitempty"`
 	// OneChange is the backend's own time for syncs that applied one
 	// endpoint change (--ebpf-only), from its log.
 	OneChange    *OneChangeResult `json:"one_change,omitempty"`

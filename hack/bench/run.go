@@ -275,6 +275,16 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 	return res, writeResult(cfg.outDir, res)
 }
 
+// splitProbe is how long kpng-ebpf's probe of each target alone runs,
+// for its programs' time on that target's connections.
+const splitProbe = 2 * time.Second
+
+// targetKeys name the probe's targets in ProxyResult.BPFProgramsByTarget;
+// connectsKey holds there the connections of that probe (as Runs).
+var targetKeys = []string{"clusterip", "podip"}
+
+const connectsKey = "connections"
+
 // kinds are the proxies the run starts: all, or kpng-ebpf alone.
 func (cfg *config) kinds() []proxyKind {
 	if !cfg.ebpfOnly {
@@ -354,6 +364,29 @@ func probeProxy(p *proxy, r *ProxyResult, targets []string, d time.Duration) err
 	for _, pr := range prs {
 		if want != "" && pr.Cgroup != want {
 			return fmt.Errorf("probe: the client ran in cgroup %q, not %q", pr.Cgroup, want)
+		}
+	}
+	if p.ebpf != nil {
+		// The programs' time on each target's connections apart: the
+		// ClusterIP's (connect4 finds the Service and rewrites) against
+		// the pod IP's (it finds nothing), one short probe of each.
+		r.BPFProgramsByTarget = map[string]map[string]ProgramRun{}
+		for i, t := range targets {
+			before, err := p.ebpf.programRuns()
+			if err != nil {
+				return fmt.Errorf("probe: %w", err)
+			}
+			one, err := probe(p.ns, cg, []string{t}, splitProbe)
+			if err != nil {
+				return fmt.Errorf("probe of %s alone: %w", t, err)
+			}
+			after, err := p.ebpf.programRuns()
+			if err != nil {
+				return fmt.Errorf("probe: %w", err)
+			}
+			runs := programRunsSince(before, after)
+			runs[connectsKey] = ProgramRun{Runs: uint64(one[0].Connections)}
+			r.BPFProgramsByTarget[targetKeys[i]] = runs
 		}
 	}
 	r.Probes = prs
