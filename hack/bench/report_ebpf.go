@@ -75,13 +75,14 @@ func ebpfSection(results []*SizeResult) string {
 	first := results[0]
 	m := first.Machine
 	b.WriteString("## kpng-ebpf alone: issue 21's figures\n\n")
-	fmt.Fprintf(&b, "`%s`: kpng-ebpf alone with the API server (no other proxy, no churn), one run per size, "+
+	fmt.Fprintf(&b, "%s: kpng-ebpf alone with the API server (no other proxy, no churn), one run per size, "+
 		"each Service with %d endpoints, on %d cores (%s), kernel %s, kpng at commit %s. "+
 		"**The machine was loaded** by other work during these runs (other test suites on the same %d cores): "+
 		"the 1-minute load average of each run is the table's first row, and every wall-clock figure below is "+
 		"inflated by it. The ratios compare targets probed in turn by the same client in the same run, and the "+
 		"programs' own run times are the kernel's: these two are the figures to trust.\n\n",
-		first.Command, first.EndpointsPerService, m.Cores, m.CPUModel, m.Kernel, first.KpngCommit, m.Cores)
+		distinct(results, func(r *SizeResult) string { return "`" + r.Command + "`" }), first.EndpointsPerService, m.Cores, m.CPUModel, m.Kernel,
+		distinct(results, func(r *SizeResult) string { return r.KpngCommit }), m.Cores)
 	fmt.Fprintf(&b, "- **Connect**: the bench's probe client, a process started in kpng-ebpf's cgroup and in its "+
 		"node's namespace, opens TCP connections one after the other (each closed by a reset) to the ClusterIP of "+
 		"a Service whose endpoint is a pod namespace behind the node, and to that pod's IP, the two alternated "+
@@ -225,6 +226,28 @@ func ebpfSection(results []*SizeResult) string {
 		}
 	}
 	return b.String()
+}
+
+// distinct joins the values of get over results, each once, with the
+// sizes it came from when they differ.
+func distinct(results []*SizeResult, get func(*SizeResult) string) string {
+	var vals []string
+	sizes := map[string][]string{}
+	for _, r := range results {
+		v := get(r)
+		if _, ok := sizes[v]; !ok {
+			vals = append(vals, v)
+		}
+		sizes[v] = append(sizes[v], thousands(r.Services))
+	}
+	if len(vals) == 1 {
+		return vals[0]
+	}
+	var parts []string
+	for _, v := range vals {
+		parts = append(parts, fmt.Sprintf("%s (%s services)", v, strings.Join(sizes[v], ", ")))
+	}
+	return strings.Join(parts, " and ")
 }
 
 func mapSizes(results []*SizeResult) []string {
