@@ -263,7 +263,7 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 			// its time retrying.
 			wait := max(min(retry<<min(failures, 16), maxRetry), res.Duration)
 			failures++
-			log.Error("Sync failed, will retry", "err", res.Err, "revision", state.Revision, "changes", pending.String(), "retryIn", wait)
+			log.Error("Sync failed, will retry", "err", res.Err, "revision", state.Revision, "changes", pending.String(), "took", res.Duration, "retryIn", wait)
 			pending = Changes{Reset: true}
 			retryAt = lastEnd.Add(wait)
 			continue

@@ -767,38 +767,33 @@ func (s *suite) refusedBy(t *testing.T, r *row, refuse func(t *testing.T) refusa
 		}
 	}
 	repaired := time.Since(fixed)
-	// The repair is due at the retry that follows the refusal's end: at
-	// most the last wait logged, plus that sync's own time (both grow on a
-	// loaded machine: a wait is at least as long as the failed sync took).
-	// The kernel accepts again at some point while the refusal is lifted
-	// (a filler's deletion takes a while): the bound starts at its end.
-	due := releasing + maxRetry + time.Second
+	// The kernel tells no one that it accepts again: the proxy finds out
+	// at its next retry, which must succeed. The first sync it started
+	// once the refusal was lifted (the owner gone; the whole filler
+	// deleted, which takes a while) is in its log.
+	var first syncAttempt
 	if !c.v.kubeProxy {
-		// The end of the first sync that succeeded after the refusal ended,
-		// as kpng logs it: the polling above is late by up to one poll.
-		// The test process may not have read that line from kpng's output
-		// yet: wait for it.
+		lifted := fixed.Add(releasing)
 		var at time.Time
 		logged := func(out string) bool {
 			var ok bool
 			at, ok = syncLoggedAfter(out, fixed, "Dataplane synced again", "reset=true")
 			return ok
 		}
+		// The end of the first sync that succeeded after the refusal ended,
+		// as kpng logs it: the polling above is late by up to one poll.
+		// The test process may not have read that line from kpng's output
+		// yet: wait for it.
 		if p.AwaitOutput(mark, logged, 10*time.Second) && at.Before(fixed.Add(repaired)) {
 			repaired = at.Sub(fixed)
 		}
-		out := p.Output()
-		since := out[min(mark, len(out)):]
-		var last time.Duration
-		for _, m := range regexp.MustCompile(`retryIn="([^"]+)"`).FindAllStringSubmatch(since, -1) {
-			if d, err := time.ParseDuration(m[1]); err == nil {
-				last = d
-			}
+		attempted := func(out string) bool {
+			var ok bool
+			first, ok = firstSyncAttempt(out, lifted)
+			return ok
 		}
-		if m := regexp.MustCompile(`"Dataplane synced again".*took="([^"]+)"`).FindStringSubmatch(since); m != nil {
-			if took, err := time.ParseDuration(m[1]); err == nil {
-				due = max(due, releasing+last+took+500*time.Millisecond)
-			}
+		if !p.AwaitOutput(mark, attempted, 10*time.Second) {
+			r.problems = append(r.problems, "no sync logged as started after the refusal was lifted")
 		}
 	}
 	r.measured = fmt.Sprintf("%d refusals logged in %v (%d failed syncs) under %d changes, cause: %q; repaired %v after the refusal ended",
@@ -819,10 +814,47 @@ func (s *suite) refusedBy(t *testing.T, r *row, refuse func(t *testing.T) refusa
 		if len(waits) < 3 || waits[len(waits)-1] <= waits[0] {
 			r.problems = append(r.problems, fmt.Sprintf("no backoff: retries %v apart", waits))
 		}
-		if repaired > due {
-			r.problems = append(r.problems, fmt.Sprintf("repaired %v after the refusal ended (> %v: the time to lift it, the last retry wait, plus the repairing sync's time)", repaired.Round(10*time.Millisecond), due.Round(10*time.Millisecond)))
+		if first.failed {
+			r.problems = append(r.problems, "the first sync started after the refusal was lifted failed too: "+first.line)
 		}
 	}
+}
+
+// syncAttempt is one sync as kpng's backend driver logs it: when it
+// started, and whether it failed.
+type syncAttempt struct {
+	start  time.Time
+	failed bool
+	line   string
+}
+
+// firstSyncAttempt returns the first sync, successful or failed, of a kpng
+// log that started after after (its line's time, less the took="..." it
+// logs).
+func firstSyncAttempt(log string, after time.Time) (syncAttempt, bool) {
+	var first syncAttempt
+	found := false
+	for _, line := range strings.Split(log, "\n") {
+		failed := strings.Contains(line, "Sync failed")
+		if !failed && !strings.Contains(line, "Dataplane synced") {
+			continue
+		}
+		end, ok := klogTime(line, after)
+		m := tookField.FindStringSubmatch(line)
+		if !ok || m == nil {
+			continue
+		}
+		took, err := time.ParseDuration(m[1])
+		if err != nil {
+			continue
+		}
+		start := end.Add(-took)
+		if start.Before(after) || (found && !start.Before(first.start)) {
+			continue
+		}
+		first, found = syncAttempt{start: start, failed: failed, line: line}, true
+	}
+	return first, found
 }
 
 // syncLoggedAfter returns the time of the first line of a kpng log (klog's
@@ -878,7 +910,3 @@ func klogTime(line string, near time.Time) (time.Time, bool) {
 	}
 	return at.AddDate(near.Year(), 0, 0), true
 }
-
-// maxRetry is the longest wait between the retries of kpng's backends
-// after a failed sync (nft.MaxRetryPeriod, iptables.MaxRetryPeriod).
-const maxRetry = time.Second
