@@ -11,6 +11,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -116,12 +117,17 @@ func (h *Host) UDP(dst netip.AddrPort) Result {
 // ephemeral source port, hence a new conntrack entry. The whole attempt,
 // connect and read, is bounded by timeout.
 func (h *Host) Dial(proto Protocol, dst netip.AddrPort, timeout time.Duration) Result {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return h.dial(ctx, proto, dst)
+}
+
+// dial is Dial, bounded by ctx: its end, a deadline or a cancellation,
+// ends the attempt (connect, send and read).
+func (h *Host) dial(ctx context.Context, proto Protocol, dst netip.AddrPort) Result {
 	start := time.Now()
-	deadline := start.Add(timeout)
 	var r Result
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	conn, retrans, err := h.connectCounted(ctx, proto, dst)
-	cancel()
 	r.Retransmits = retrans
 	if err != nil {
 		r.Err = fmt.Errorf("%s %s from %s: %w", proto, dst, h.Name, err)
@@ -131,7 +137,11 @@ func (h *Host) Dial(proto Protocol, dst netip.AddrPort, timeout time.Duration) R
 	}
 	defer conn.Close()
 	r.Local = addrPortOf(conn.LocalAddr())
-	_ = conn.SetDeadline(deadline)
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(deadline)
+	}
+	// A cancellation ends a blocked send or read as a deadline does.
+	defer context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })()
 	var sendErr error
 	if proto == UDP {
 		if _, err := conn.Write([]byte("netlab\n")); err != nil {
@@ -157,7 +167,8 @@ func (h *Host) Dial(proto Protocol, dst netip.AddrPort, timeout time.Duration) R
 	return parseAnswer(r, start, line, fmt.Sprintf("%s %s from %s", proto, dst, h.Name))
 }
 
-// ProbePatience is how long [Host.Probe] waits for an answer.
+// ProbePatience is how long [Host.Probe] waits for an answer, in time the
+// test process ran (see patience).
 const ProbePatience = 5 * time.Second
 
 // Probe makes one attempt from h as Dial does, for the traffic a test keeps
@@ -170,7 +181,9 @@ const ProbePatience = 5 * time.Second
 // answer, and fails if
 //
 //   - it was refused, or failed, as for Dial;
-//   - no answer came at all: the request or the answer was dropped (UDP
+//   - no answer came while the test process ran for ProbePatience (time it
+//     stood still does not count: see patience): the request or the answer
+//     was dropped (UDP
 //     has no retransmission, so a datagram dropped once is never answered;
 //     TCP retransmits, and a SYN dropped on every try is never answered);
 //   - for TCP, an answer came, but only after a packet of the handshake was
@@ -181,13 +194,86 @@ const ProbePatience = 5 * time.Second
 // retransmission timeout (one second for a SYN) is caught as before; only
 // the test process's own delays no longer count.
 func (h *Host) Probe(proto Protocol, dst netip.AddrPort) Result {
-	r := h.Dial(proto, dst, ProbePatience)
+	return h.probe(proto, dst, ProbePatience)
+}
+
+func (h *Host) probe(proto Protocol, dst netip.AddrPort, wait time.Duration) Result {
+	p := startPatience(wait)
+	r := h.dial(p.ctx, proto, dst)
+	p.stop()
+	if r.Outcome != OK && p.spent() {
+		// Ended by the patience's cancellation, which the dialer reports
+		// as a cancellation: it is a timeout.
+		r.Outcome = TimedOut
+		r.Err = fmt.Errorf("no answer while the test process ran for %v (%v in all): %w", wait, r.Elapsed.Round(time.Millisecond), r.Err)
+	}
 	if r.Outcome == OK && r.Retransmits > 0 {
 		r.Outcome = TimedOut
 		r.Err = fmt.Errorf("%s %s from %s: answered by %s after %v, but only after %d handshake packet(s) were sent again: a drop",
 			proto, dst, h.Name, r.Pod, r.Elapsed.Round(time.Millisecond), r.Retransmits)
 	}
 	return r
+}
+
+// patienceTick is the period at which a patience counts the time the test
+// process runs.
+const patienceTick = 20 * time.Millisecond
+
+// patienceWallCap bounds a patience in wall time, however long the test
+// process stands still.
+const patienceWallCap = time.Minute
+
+// patience is a wait bounded in the time the test process ran rather than
+// in wall time: on a machine loaded beyond its cores the process may stand
+// still for seconds, during which no answer can be read, and that time is
+// not the dataplane's. A goroutine ticks every patienceTick and counts a
+// tick's worth of running time per tick, however late the tick came (a
+// late tick is the process standing still); once it counted the whole
+// wait, it cancels ctx.
+type patience struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	ended  atomic.Bool
+}
+
+func startPatience(wait time.Duration) *patience {
+	ctx, cancel := context.WithTimeout(context.Background(), patienceWallCap)
+	p := &patience{ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		tick := time.NewTicker(patienceTick)
+		defer tick.Stop()
+		last, ran := time.Now(), time.Duration(0)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			now := time.Now()
+			ran += min(now.Sub(last), 2*patienceTick)
+			last = now
+			if ran >= wait {
+				p.ended.Store(true)
+				cancel()
+				return
+			}
+		}
+	}()
+	return p
+}
+
+// spent reports whether the wait ended because the process ran for all of
+// it (or the wall cap passed).
+func (p *patience) spent() bool {
+	return p.ended.Load() || errors.Is(p.ctx.Err(), context.DeadlineExceeded)
+}
+
+// stop ends the patience's goroutine.
+func (p *patience) stop() {
+	p.cancel()
+	<-p.done
 }
 
 // recvErr sets IP_RECVERR / IPV6_RECVERR on a client socket. Without it, an

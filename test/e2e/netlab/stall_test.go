@@ -25,3 +25,23 @@ func TestStallWatchRecordsTheLongest(t *testing.T) {
 	rw.Stop()
 	rw.Stop()
 }
+
+// A patience ends once the process ran for its wait, and says so; one
+// stopped before that is not spent.
+func TestPatience(t *testing.T) {
+	start := time.Now()
+	p := startPatience(100 * time.Millisecond)
+	<-p.ctx.Done()
+	if !p.spent() {
+		t.Errorf("ended after %v but not spent", time.Since(start))
+	}
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Errorf("a 100ms patience ended after %v", d)
+	}
+	p.stop()
+	q := startPatience(time.Hour)
+	q.stop()
+	if q.spent() {
+		t.Error("a patience stopped at once is spent")
+	}
+}
