@@ -63,11 +63,7 @@ func report(root, dir, resultsDir string) error {
 		return err
 	}
 	gen := generated(results, plots)
-	path := filepath.Join(dir, "BENCHMARKS.md")
-	old, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		old, err = os.ReadFile(filepath.Join(root, "BENCHMARKS.md"))
-	}
+	path, old, err := readPage(root, dir)
 	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
@@ -84,11 +80,7 @@ func report(root, dir, resultsDir string) error {
 // none), leaving the results as they are: the page's explanations can
 // follow the bench without a run.
 func guide(root, dir string) error {
-	path := filepath.Join(dir, "BENCHMARKS.md")
-	old, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		old, err = os.ReadFile(filepath.Join(root, "BENCHMARKS.md"))
-	}
+	path, old, err := readPage(root, dir)
 	if err != nil {
 		return err
 	}
@@ -111,10 +103,10 @@ const (
 // at the end, without one).
 func spliceGuide(doc string) string {
 	block := guideBegin + "\n" + ebpfGuide + guideEnd + "\n"
-	b, e := strings.Index(doc, guideBegin), strings.Index(doc, guideEnd)
+	if out, ok := replaceBetween(doc, guideBegin, guideEnd, block); ok {
+		return out
+	}
 	switch {
-	case b >= 0 && e > b:
-		return doc[:b] + block + strings.TrimPrefix(doc[e+len(guideEnd):], "\n")
 	case strings.HasPrefix(doc, "## Results\n"):
 		return block + "\n" + doc
 	case strings.Contains(doc, "\n## Results\n"):
@@ -171,6 +163,28 @@ column is to kube-proxy-nftables.
   beside the other proxies' (whose ClusterIP costs a NAT rule) before concluding.
 
 `, ebpfInterfaces, fmt.Sprintf("%.2f", ebpfConnectGoal))
+
+// readPage reads dir's BENCHMARKS.md, or the repository's (root) when dir
+// has none yet, and returns where the page goes.
+func readPage(root, dir string) (path string, old []byte, err error) {
+	path = filepath.Join(dir, "BENCHMARKS.md")
+	old, err = os.ReadFile(path)
+	if os.IsNotExist(err) {
+		old, err = os.ReadFile(filepath.Join(root, "BENCHMARKS.md"))
+	}
+	return path, old, err
+}
+
+// replaceBetween replaces what lies from begin to end (both included,
+// and the line break after end) in doc by block, and reports whether both
+// markers were there.
+func replaceBetween(doc, begin, end, block string) (string, bool) {
+	b, e := strings.Index(doc, begin), strings.Index(doc, end)
+	if b < 0 || e < b {
+		return doc, false
+	}
+	return doc[:b] + block + strings.TrimPrefix(doc[e+len(end):], "\n"), true
+}
 
 // splice puts gen between the markers of doc, or makes a new document.
 func splice(doc, gen string) string {

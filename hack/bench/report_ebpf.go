@@ -5,7 +5,6 @@ import (
 	"maps"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -37,11 +36,7 @@ func ebpfReport(root, dir, resultsDir string) error {
 	if len(own) == 0 {
 		return fmt.Errorf("no --ebpf-only results-N.json in %s", resultsDir)
 	}
-	path := filepath.Join(dir, "BENCHMARKS.md")
-	old, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		old, err = os.ReadFile(filepath.Join(root, "BENCHMARKS.md"))
-	}
+	path, old, err := readPage(root, dir)
 	if err != nil {
 		return err
 	}
@@ -57,14 +52,12 @@ func ebpfReport(root, dir, resultsDir string) error {
 // time, after the results' generated part (at the end without one).
 func spliceEBPF(doc, gen string) string {
 	block := ebpfBegin + "\n" + gen + ebpfEnd + "\n"
-	b, e := strings.Index(doc, ebpfBegin), strings.Index(doc, ebpfEnd)
-	switch {
-	case b >= 0 && e > b:
-		return doc[:b] + block + strings.TrimPrefix(doc[e+len(ebpfEnd):], "\n")
-	case strings.Contains(doc, endMarker):
-		i := strings.Index(doc, endMarker) + len(endMarker)
-		rest := strings.TrimPrefix(doc[i:], "\n")
-		return doc[:i] + "\n\n" + block + "\n" + strings.TrimPrefix(rest, "\n")
+	if out, ok := replaceBetween(doc, ebpfBegin, ebpfEnd, block); ok {
+		return out
+	}
+	if i := strings.Index(doc, endMarker); i >= 0 {
+		i += len(endMarker)
+		return doc[:i] + "\n\n" + block + "\n" + strings.TrimLeft(doc[i:], "\n")
 	}
 	return strings.TrimRight(doc, "\n") + "\n\n" + block
 }
@@ -260,56 +253,56 @@ func mapSizes(results []*SizeResult) []string {
 
 // programsTable lists every program's own time during the probe, by size.
 func programsTable(b *strings.Builder, results []*SizeResult) {
-	names := map[string]bool{}
-	for _, r := range results {
-		for n, pr := range r.proxy(ebpfName).BPFPrograms {
-			if pr.Runs > 0 {
-				names[n] = true
+	byNameTable(b, results, "Each program's own run time during the probe, ns per run (runs), from the kernel's statistics:",
+		"program (pinned link)", func(k *ProxyResult) []string {
+			var names []string
+			for n, pr := range k.BPFPrograms {
+				if pr.Runs > 0 {
+					names = append(names, n)
+				}
 			}
-		}
-	}
-	if len(names) == 0 {
-		return
-	}
-	b.WriteString("Each program's own run time during the probe, ns per run (runs), from the kernel's statistics:\n\n")
-	fmt.Fprintf(b, "| program (pinned link) | %s |\n|---|%s\n", strings.Join(mapSizes(results), " | "), strings.Repeat("---:|", len(results)))
-	for _, n := range slices.Sorted(maps.Keys(names)) {
-		cells := []string{"`" + n + "`"}
-		for _, r := range results {
-			pr, ok := r.proxy(ebpfName).BPFPrograms[n]
+			return names
+		}, func(k *ProxyResult, n string) string {
+			pr, ok := k.BPFPrograms[n]
 			if !ok || pr.Runs == 0 {
-				cells = append(cells, "–")
-				continue
+				return "–"
 			}
-			cells = append(cells, fmt.Sprintf("%s (%s)", f0(pr.NsPerRun()), thousands64(int64(pr.Runs))))
-		}
-		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
-	}
-	b.WriteString("\n")
+			return fmt.Sprintf("%s (%s)", f0(pr.NsPerRun()), thousands64(int64(pr.Runs)))
+		})
 }
 
 // mapsTable lists each map's memlock, by size.
 func mapsTable(b *strings.Builder, results []*SizeResult) {
-	names := map[string]bool{}
+	byNameTable(b, results, "Each map's memory (MiB, `memlock` in its fdinfo):", "map", func(k *ProxyResult) []string {
+		return slices.Collect(maps.Keys(k.BPFMaps))
+	}, func(k *ProxyResult, n string) string {
+		v, ok := k.BPFMaps[n]
+		if !ok {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", mb(v))
+	})
+}
+
+// byNameTable writes a table with a row for each name that names gives
+// for kpng-ebpf at any size, and a column of cells for each size; nothing
+// without names.
+func byNameTable(b *strings.Builder, results []*SizeResult, title, head string, names func(*ProxyResult) []string,
+	cell func(k *ProxyResult, name string) string) {
+	seen := map[string]bool{}
 	for _, r := range results {
-		for n := range r.proxy(ebpfName).BPFMaps {
-			names[n] = true
+		for _, n := range names(r.proxy(ebpfName)) {
+			seen[n] = true
 		}
 	}
-	if len(names) == 0 {
+	if len(seen) == 0 {
 		return
 	}
-	b.WriteString("Each map's memory (MiB, `memlock` in its fdinfo):\n\n")
-	fmt.Fprintf(b, "| map | %s |\n|---|%s\n", strings.Join(mapSizes(results), " | "), strings.Repeat("---:|", len(results)))
-	for _, n := range slices.Sorted(maps.Keys(names)) {
+	fmt.Fprintf(b, "%s\n\n| %s | %s |\n|---|%s\n", title, head, strings.Join(mapSizes(results), " | "), strings.Repeat("---:|", len(results)))
+	for _, n := range slices.Sorted(maps.Keys(seen)) {
 		cells := []string{"`" + n + "`"}
 		for _, r := range results {
-			v, ok := r.proxy(ebpfName).BPFMaps[n]
-			if !ok {
-				cells = append(cells, "–")
-				continue
-			}
-			cells = append(cells, fmt.Sprintf("%.2f", mb(v)))
+			cells = append(cells, cell(r.proxy(ebpfName), n))
 		}
 		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
 	}

@@ -147,11 +147,7 @@ func TestTargetsAt10000Services(t *testing.T) {
 	b.Reset()
 	targetsSection(&b, all[:3]) // up to 5,000
 	got := b.String()
-	for _, want := range []string{"### Targets, at 5,000 services", "**10,000 services, where the targets are stated, were not run**"} {
-		if !strings.Contains(got, want) {
-			t.Errorf("without 10,000: the section lacks %q:\n%s", want, got)
-		}
-	}
+	wantAll(t, "without 10,000: the section lacks", got, []string{"### Targets, at 5,000 services", "**10,000 services, where the targets are stated, were not run**"})
 }
 
 // Each target kpng misses is listed with its numbers (a ratio target with
@@ -168,7 +164,7 @@ func TestTargetsListShortfalls(t *testing.T) {
 	var b strings.Builder
 	targetsSection(&b, []*SizeResult{r})
 	got := b.String()
-	for _, want := range []string{
+	wantAll(t, "the section lacks", got, []string{
 		"| network programming p99 under churn (s) | kpng-nft | 1.70 | kube-proxy-nftables | 2.73 | 0.62 | ≤ 0.25 | **no** |",
 		"| CPU during churn (s) | kpng-nft | 1.0 | kube-proxy-nftables | 40.0 | 0.03 | ≤ 0.033 x | yes |",
 		"| cold start (s) | kpng-iptables |",
@@ -176,11 +172,7 @@ func TestTargetsListShortfalls(t *testing.T) {
 		"- **network programming p99 under churn (s)**, kpng-nft: 1.70 where the goal is at most 0.25 (kube-proxy-nftables: 2.73). " +
 			"kpng-nft's p99 lies in the histogram bucket that ends at 2 s",
 		"- **RSS at the end (MiB)**, kpng-nft: 83 against kube-proxy-nftables 105, a ratio of 0.79 where the goal is at most 0.5 (kpng would need 52 or less).",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("the section lacks %q:\n%s", want, got)
-		}
-	}
+	})
 	if strings.Contains(got, "- **CPU during churn (s)**, kpng-nft") {
 		t.Errorf("a target met is listed as a shortfall:\n%s", got)
 	}
@@ -198,18 +190,14 @@ func TestEBPFTargets(t *testing.T) {
 	var b strings.Builder
 	targetsSection(&b, results)
 	got := b.String()
-	for _, want := range []string{
+	wantAll(t, "the section lacks", got, []string{
 		"| connect time p50 at 100 services, to the ClusterIP / to the pod IP (µs) | kpng-ebpf | 61 | the pod IP, same probe | 60 | 1.02 | ≤ 1.05 x | yes |",
 		"| connect time p50 at 10,000 services, to the ClusterIP / to the pod IP (µs) | kpng-ebpf | 70 | the pod IP, same probe | 60 | 1.17 | ≤ 1.05 x | **no** |",
 		"| one endpoint change applied: partial sync mean under churn (ms) | kpng-ebpf | 0.40 | kube-proxy-nftables | 0.67 | 0.60 | ≤ 1 | yes |",
 		"| BPF maps' memory at 10,000 services (MiB) | kpng-ebpf | 76.0 |  |  |  | reported | – |",
 		"| BPF maps' memory at 30,000 services (MiB) | kpng-ebpf | not run |  |  |  | reported | – |",
 		"- **connect time p50 at 10,000 services, to the ClusterIP / to the pod IP (µs)**, kpng-ebpf: 70 µs to the ClusterIP against 60 µs to the pod IP, a ratio of 1.17 where the goal is at most 1.05.",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("the section lacks %q:\n%s", want, got)
-		}
-	}
+	})
 	if strings.Contains(got, "- **one endpoint change applied") {
 		t.Errorf("a target met is listed as a shortfall:\n%s", got)
 	}
@@ -280,7 +268,7 @@ func ebpfOnlyResults() []*SizeResult {
 
 func TestEBPFSection(t *testing.T) {
 	s := ebpfSection(ebpfOnlyResults())
-	for _, want := range []string{
+	wantAll(t, "the section lacks", s, []string{
 		"| | 100 services | 30,000 services |",
 		"| 1-minute load average during the run | 12.0 to 14.0 | 12.0 to 14.0 |",
 		"| **p50 ClusterIP / pod IP** (goal ≤ 1.05) | 1.00 | 1.11 |",
@@ -298,11 +286,7 @@ func TestEBPFSection(t *testing.T) {
 		"- 30,000 services (load 12.0 to 14.0): connect p50 ratio 1.111, **not met**",
 		"**The machine was loaded**",
 		"`hack/bench.sh --ebpf-only` (100 services) and `hack/bench.sh --ebpf-only --sizes 30000` (30,000 services): kpng-ebpf alone",
-	} {
-		if !strings.Contains(s, want) {
-			t.Errorf("the section lacks %q:\n%s", want, s)
-		}
-	}
+	})
 }
 
 func TestEBPFReportWritesOnlyItsSection(t *testing.T) {
@@ -329,12 +313,18 @@ func TestEBPFReportWritesOnlyItsSection(t *testing.T) {
 	if strings.Count(got, ebpfBegin) != 1 || strings.Count(got, "## kpng-ebpf alone") != 1 {
 		t.Errorf("the section is not there exactly once:\n%s", got)
 	}
-	for _, want := range []string{"the other proxies' figures\n" + endMarker + "\n\n" + ebpfBegin, ebpfEnd + "\n\n## Why kpng falls short\n\nanalysis\n"} {
-		if !strings.Contains(got, want) {
-			t.Errorf("the page lacks %q:\n%s", want, got)
-		}
-	}
+	wantAll(t, "the page lacks", got, []string{"the other proxies' figures\n" + endMarker + "\n\n" + ebpfBegin, ebpfEnd + "\n\n## Why kpng falls short\n\nanalysis\n"})
 	if !strings.Contains(got, guideBegin) {
 		t.Error("the guide to kpng-ebpf's figures is missing")
+	}
+}
+
+// wantAll fails t for each of wants that got lacks, saying what got is.
+func wantAll(t *testing.T, what, got string, wants []string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(got, want) {
+			t.Errorf("%s %q:\n%s", what, want, got)
+		}
 	}
 }
