@@ -148,7 +148,7 @@ func ebpfSection(results []*SizeResult) string {
 		}
 		return thousands(k.Probes[0].Connections) + " + " + thousands(k.Probes[1].Connections)
 	})
-	row("`connect4`'s own run time per call (ns)", func(_ *SizeResult, k *ProxyResult) string {
+	row("`connect4`'s own run time per call, both targets mixed (ns)", func(_ *SizeResult, k *ProxyResult) string {
 		return f0(k.BPFPrograms["connect4"].NsPerRun())
 	})
 	row("`connect4` / the ClusterIP connect p50", func(_ *SizeResult, k *ProxyResult) string {
