@@ -276,6 +276,15 @@ func (p *patience) stop() {
 	<-p.done
 }
 
+// patientDeadline bounds conn's reads and writes by p: they end as at a
+// deadline once p is spent (os.ErrDeadlineExceeded, a timeout), and only
+// then. It returns the function that undoes it.
+func patientDeadline(conn net.Conn, p *patience) func() {
+	_ = conn.SetDeadline(time.Now().Add(patienceWallCap))
+	stop := context.AfterFunc(p.ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	return func() { stop() }
+}
+
 // recvErr sets IP_RECVERR / IPV6_RECVERR on a client socket. Without it, an
 // ICMP error that arrives while connect(2) still holds the socket (as happens
 // on veth, where the whole round trip runs in the sender's softirq) is only

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -25,18 +26,22 @@ type Stream struct {
 }
 
 // OpenStream connects to dst from h and reads the server's greeting, within
-// timeout. The Result is the greeting's; the Stream is nil unless it is OK.
-// Close the Stream when done.
+// timeout of the test process's running time (see patience). The Result is
+// the greeting's; the Stream is nil unless it is OK. Close the Stream when
+// done.
 func (h *Host) OpenStream(dst netip.AddrPort, timeout time.Duration) (*Stream, Result) {
 	start := time.Now()
-	ctx, cancel := context.WithDeadline(context.Background(), start.Add(timeout))
-	conn, err := h.connect(ctx, TCP, dst)
-	cancel()
+	p := startPatience(timeout)
+	defer p.stop()
+	conn, err := h.connect(p.ctx, TCP, dst)
 	if err != nil {
+		if p.spent() {
+			err = fmt.Errorf("%w: %w", os.ErrDeadlineExceeded, err)
+		}
 		return nil, finish(Result{}, start, fmt.Errorf("tcp %s from %s: %w", dst, h.Name, err))
 	}
 	s := &Stream{host: h, dst: dst, conn: conn, r: bufio.NewReader(conn)}
-	r := s.read(start, timeout)
+	r := s.readWithin(start, p)
 	if r.Outcome != OK {
 		conn.Close()
 		return nil, r
@@ -44,19 +49,22 @@ func (h *Host) OpenStream(dst netip.AddrPort, timeout time.Duration) (*Stream, R
 	return s, r
 }
 
-// Ping sends one line on the stream and reads the answer, within timeout.
+// Ping sends one line on the stream and reads the answer, within timeout of
+// the test process's running time (see patience).
 func (s *Stream) Ping(timeout time.Duration) Result {
 	start := time.Now()
-	_ = s.conn.SetWriteDeadline(start.Add(timeout))
+	p := startPatience(timeout)
+	defer p.stop()
+	defer patientDeadline(s.conn, p)()
 	if _, err := io.WriteString(s.conn, "ping\n"); err != nil {
 		return finish(Result{Local: addrPortOf(s.conn.LocalAddr())}, start, fmt.Errorf("tcp %s from %s: send: %w", s.dst, s.host.Name, err))
 	}
-	return s.read(start, timeout)
+	return s.readWithin(start, p)
 }
 
-func (s *Stream) read(start time.Time, timeout time.Duration) Result {
+func (s *Stream) readWithin(start time.Time, p *patience) Result {
+	defer patientDeadline(s.conn, p)()
 	r := Result{Local: addrPortOf(s.conn.LocalAddr())}
-	_ = s.conn.SetReadDeadline(start.Add(timeout))
 	line, err := s.r.ReadString('\n')
 	if err != nil {
 		return finish(r, start, fmt.Errorf("tcp %s from %s: read: %w", s.dst, s.host.Name, err))
@@ -122,12 +130,15 @@ func (h *Host) OpenUDP(dst netip.AddrPort) (*UDPClient, error) {
 	return &UDPClient{host: h, dst: dst, conn: conn}, nil
 }
 
-// Exchange sends one datagram and reads one answer, within timeout.
+// Exchange sends one datagram and reads one answer, within timeout of the
+// test process's running time (see patience).
 func (u *UDPClient) Exchange(timeout time.Duration) Result {
 	start := time.Now()
 	r := Result{Local: addrPortOf(u.conn.LocalAddr())}
 	what := fmt.Sprintf("udp %s from %s", u.dst, u.host.Name)
-	_ = u.conn.SetDeadline(start.Add(timeout))
+	p := startPatience(timeout)
+	defer p.stop()
+	defer patientDeadline(u.conn, p)()
 	if _, err := u.conn.Write([]byte("netlab\n")); err != nil {
 		return finish(r, start, fmt.Errorf("%s: send: %w", what, err))
 	}
@@ -162,9 +173,12 @@ func (r HTTPResult) String() string {
 }
 
 // HTTPGet sends GET url from h (e.g. to a service's health-check node
-// port), on a socket as Dial's, and reads the response, within timeout.
-// The url's host is an address: labs have no names.
+// port), on a socket as Dial's, and reads the response, within timeout of
+// the test process's running time (see patience). The url's host is an
+// address: labs have no names.
 func (h *Host) HTTPGet(url string, timeout time.Duration) HTTPResult {
+	p := startPatience(timeout)
+	defer p.stop()
 	tr := &http.Transport{
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -176,14 +190,24 @@ func (h *Host) HTTPGet(url string, timeout time.Duration) HTTPResult {
 		},
 	}
 	defer tr.CloseIdleConnections()
-	c := &http.Client{Transport: tr, Timeout: timeout}
-	resp, err := c.Get(url)
+	c := &http.Client{Transport: tr}
+	req, err := http.NewRequestWithContext(p.ctx, http.MethodGet, url, nil)
 	if err != nil {
+		return HTTPResult{Outcome: Failed, Err: err}
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		if p.spent() {
+			err = fmt.Errorf("%w: %w", os.ErrDeadlineExceeded, err)
+		}
 		return HTTPResult{Outcome: classify(err), Err: err}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
+		if p.spent() {
+			err = fmt.Errorf("%w: %w", os.ErrDeadlineExceeded, err)
+		}
 		return HTTPResult{Outcome: classify(err), Err: err}
 	}
 	return HTTPResult{Outcome: OK, Status: resp.StatusCode, Body: string(b)}
