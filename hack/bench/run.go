@@ -366,6 +366,7 @@ func probeProxy(p *proxy, r *ProxyResult, targets []string, d time.Duration) err
 			return fmt.Errorf("probe: the client ran in cgroup %q, not %q", pr.Cgroup, want)
 		}
 	}
+	r.Probes = prs
 	if p.ebpf != nil {
 		// The programs' time on each target's connections apart: the
 		// ClusterIP's (connect4 finds the Service and rewrites) against
@@ -380,6 +381,9 @@ func probeProxy(p *proxy, r *ProxyResult, targets []string, d time.Duration) err
 			if err != nil {
 				return fmt.Errorf("probe of %s alone: %w", t, err)
 			}
+			if want != "" && one[0].Cgroup != want {
+				return fmt.Errorf("probe of %s alone: the client ran in cgroup %q, not %q", t, one[0].Cgroup, want)
+			}
 			after, err := p.ebpf.programRuns()
 			if err != nil {
 				return fmt.Errorf("probe: %w", err)
@@ -389,7 +393,6 @@ func probeProxy(p *proxy, r *ProxyResult, targets []string, d time.Duration) err
 			r.BPFProgramsByTarget[targetKeys[i]] = runs
 		}
 	}
-	r.Probes = prs
 	return nil
 }
 
