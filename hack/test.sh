@@ -86,14 +86,18 @@ go test -race -tags "${tags}" -timeout 60m "$@" ./...
 # rules, repaired on the kernel's notification; to-ipvs's IPVS and ipsets
 # send none: docs/ipvs.md); TestMigration (kube-proxy's nftables and
 # iptables modes) and TestDifferencesDocumented ran above. Without the race
-# detector, which the emulated VM could not afford; the suite builds kpng
-# in the VM from this tree. A focused run (arguments given) leaves it out.
+# detector, which the emulated VM could not afford; kpng is built on the
+# host from this tree (netlab.KpngBinaryEnv). A focused run (arguments
+# given) leaves it out.
 if [[ -n ${services_ipvs_in_vm:-} ]] && (($# == 0)); then
 	log "test/e2e/services for ipvs in hack/vm.sh's VM (real packets through IPVS; Debian 12's kernel under emulation)"
 	services_test="${root}/.cache/vm/services-e2e.test"
 	mkdir -p "$(dirname "${services_test}")"
 	go test -c -tags e2e -o "${services_test}" ./test/e2e/services
-	(cd test/e2e/services && KPNG_E2E_BACKENDS=ipvs VM_MODULES="ip_vs nf_conntrack br_netfilter" VM_MEM=4G VM_TIMEOUT=45m \
+	# kpng too, on the host: linking it in the emulated VM took minutes.
+	go build -o "${root}/.cache/vm/kpng" ./cmd/kpng
+	(cd test/e2e/services && KPNG_E2E_BACKENDS=ipvs KPNG_NETLAB_KPNG="${root}/.cache/vm/kpng" \
+		VM_MODULES="ip_vs nf_conntrack br_netfilter" VM_MEM=4G VM_TIMEOUT=45m \
 		../../../hack/vm.sh "${services_test}" -test.timeout 40m -test.skip '^(TestRepair|TestMigration|TestDifferencesDocumented)$')
 fi
 

@@ -235,10 +235,17 @@ var (
 	kpngErr  error
 )
 
+// KpngBinaryEnv names a kpng binary built beforehand from this tree, for a
+// test process that should not build its own: one in hack/vm.sh's
+// emulated VM, where linking kpng takes minutes. hack/test.sh builds it
+// on the host just before.
+const KpngBinaryEnv = "KPNG_NETLAB_KPNG"
+
 // KpngBinary builds ./cmd/kpng of this module once per test process and
 // returns the binary's path. Each test process builds its own (from Go's
 // build cache, so quickly) in the user cache directory, so a stale binary is
-// never tested; Sweep removes those of dead runs.
+// never tested; Sweep removes those of dead runs. With KpngBinaryEnv set,
+// it returns that binary instead.
 func KpngBinary(t testing.TB) string {
 	t.Helper()
 	kpngOnce.Do(func() { kpngPath, kpngErr = buildKpng() })
@@ -262,6 +269,16 @@ func binDir() (string, error) {
 }
 
 func buildKpng() (string, error) {
+	if path := os.Getenv(KpngBinaryEnv); path != "" {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", KpngBinaryEnv, err)
+		}
+		if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+			return "", fmt.Errorf("%s: %s is not an executable file", KpngBinaryEnv, path)
+		}
+		return path, nil
+	}
 	dir, err := binDir()
 	if err != nil {
 		return "", fmt.Errorf("build kpng: %w", err)

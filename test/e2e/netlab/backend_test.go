@@ -211,3 +211,26 @@ func TestProcessSurvivesDo(t *testing.T) {
 		}
 	}
 }
+
+// KpngBinaryEnv names the binary to use: an executable file is taken as
+// it is, anything else is an error that names the variable.
+func TestKpngBinaryEnv(t *testing.T) {
+	dir := t.TempDir()
+	exe, plain := filepath.Join(dir, "kpng"), filepath.Join(dir, "notes")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(plain, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(KpngBinaryEnv, exe)
+	if got, err := buildKpng(); err != nil || got != exe {
+		t.Errorf("an executable: %q, %v; want %q", got, err, exe)
+	}
+	for _, bad := range []string{plain, dir, filepath.Join(dir, "missing")} {
+		t.Setenv(KpngBinaryEnv, bad)
+		if _, err := buildKpng(); err == nil || !strings.Contains(err.Error(), KpngBinaryEnv) {
+			t.Errorf("%s: got %v, want an error naming %s", bad, err, KpngBinaryEnv)
+		}
+	}
+}
