@@ -1,7 +1,6 @@
 package ipvs
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -45,24 +44,7 @@ func cleanupIPVS(cfg *Config, c ipvs.Client, k kernel) error {
 func cleanupRules(ctx context.Context, k kernel) error {
 	var errs []error
 	for _, ipv6 := range []bool{false, true} {
-		for _, j := range jumps {
-			if err := k.deleteJump(ctx, ipv6, j); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		// Declaring a chain empties it; then it can go.
-		var b bytes.Buffer
-		for _, table := range chains {
-			fmt.Fprintf(&b, "*%s\n", table.table)
-			for _, ch := range table.chains {
-				fmt.Fprintf(&b, ":%s - [0:0]\n", ch)
-			}
-			for _, ch := range table.chains {
-				fmt.Fprintf(&b, "-X %s\n", ch)
-			}
-			b.WriteString("COMMIT\n")
-		}
-		if err := k.iptablesRestore(ctx, ipv6, b.Bytes()); err != nil {
+		if err := cleanupIPTables(ctx, k, ipv6); err != nil {
 			errs = append(errs, err)
 		}
 		existing, err := k.ipsets(ctx)

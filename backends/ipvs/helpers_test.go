@@ -3,6 +3,7 @@ package ipvs
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -20,12 +21,23 @@ type fakeKernel struct {
 	node      []netip.Addr
 	sets      map[string]map[string]bool
 	rules     map[bool][]byte
-	jumps     map[string]bool
 	setWrites int
+	// ipt is iptables, per family.
+	ipt map[bool]*fakeIPTables
+	// render, when set, is how iptables-save renders a rule's args
+	// (strings.Join(args, " ") otherwise).
+	render func(args []string) string
+	// failRestore, when set, fails the iptables-restore scripts it
+	// returns an error for, changing nothing.
+	failRestore func(script string) error
+	// saves, restores and perJump count the iptables processes run:
+	// iptables-save, iptables-restore, iptables -C/-I/-D.
+	saves, restores, perJump int
 }
 
 func newFakeKernel(node ...string) *fakeKernel {
-	k := &fakeKernel{addrs: map[netip.Addr]bool{}, sets: map[string]map[string]bool{}, rules: map[bool][]byte{}, jumps: map[string]bool{}}
+	k := &fakeKernel{addrs: map[netip.Addr]bool{}, sets: map[string]map[string]bool{}, rules: map[bool][]byte{},
+		ipt: map[bool]*fakeIPTables{false: newFakeIPTables(), true: newFakeIPTables()}}
 	for _, s := range node {
 		k.node = append(k.node, netip.MustParseAddr(s))
 	}
@@ -92,27 +104,183 @@ func (k *fakeKernel) ipsets(context.Context) (map[string]bool, error) {
 	return m, nil
 }
 
+// iptablesRestore applies script to the family's iptables, all of it or
+// (on an error) nothing, and keeps the script.
 func (k *fakeKernel) iptablesRestore(_ context.Context, ipv6 bool, script []byte) error {
+	k.restores++
+	if k.failRestore != nil {
+		if err := k.failRestore(string(script)); err != nil {
+			return err
+		}
+	}
+	next := k.ipt[ipv6].clone()
+	if err := next.restore(string(script)); err != nil {
+		return err
+	}
+	k.ipt[ipv6] = next
 	k.rules[ipv6] = bytes.Clone(script)
 	return nil
 }
 
-func jumpString(ipv6 bool, j jump) string {
-	f := "4"
-	if ipv6 {
-		f = "6"
+func (k *fakeKernel) iptablesSave(_ context.Context, ipv6 bool) ([]byte, error) {
+	k.saves++
+	render := k.render
+	if render == nil {
+		render = func(args []string) string { return strings.Join(args, " ") }
 	}
-	return f + " " + j.table + " " + j.chain + " " + strings.Join(j.args, " ")
+	return k.ipt[ipv6].save(render), nil
 }
 
+// ensureJump and deleteJump compare rules by their args, as iptables -C
+// compares them by meaning: k.render does not change them.
 func (k *fakeKernel) ensureJump(_ context.Context, ipv6 bool, j jump) error {
-	k.jumps[jumpString(ipv6, j)] = true
-	return nil
+	k.perJump++
+	t := k.ipt[ipv6]
+	if t.count(j) > 0 {
+		return nil
+	}
+	k.perJump++
+	return t.restore(fmt.Sprintf("*%s\n-I %s %s\nCOMMIT\n", j.table, j.chain, strings.Join(j.args, " ")))
 }
 
 func (k *fakeKernel) deleteJump(_ context.Context, ipv6 bool, j jump) error {
-	delete(k.jumps, jumpString(ipv6, j))
+	t := k.ipt[ipv6]
+	for {
+		k.perJump++
+		if t.count(j) == 0 {
+			return nil
+		}
+		k.perJump++
+		if err := t.restore(fmt.Sprintf("*%s\n-D %s %s\nCOMMIT\n", j.table, j.chain, strings.Join(j.args, " "))); err != nil {
+			return err
+		}
+	}
+}
+
+// jumpCount counts the rules of every jump in a family.
+func (k *fakeKernel) jumpCount(ipv6 bool) int {
+	n := 0
+	for _, j := range jumps {
+		n += k.ipt[ipv6].count(j)
+	}
+	return n
+}
+
+// fakeIPTables is the part of iptables the backend uses: tables of chains
+// of rules (each its args joined by spaces), the built-in chains always
+// there.
+type fakeIPTables struct {
+	// chains maps "table chain" to its rules, in order.
+	chains map[string][]string
+}
+
+var builtinChains = map[string][]string{
+	"nat":    {"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"},
+	"filter": {"INPUT", "FORWARD", "OUTPUT"},
+	"mangle": {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"},
+}
+
+func newFakeIPTables() *fakeIPTables {
+	t := &fakeIPTables{chains: map[string][]string{}}
+	for table, chs := range builtinChains {
+		for _, ch := range chs {
+			t.chains[table+" "+ch] = nil
+		}
+	}
+	return t
+}
+
+func (t *fakeIPTables) clone() *fakeIPTables {
+	c := &fakeIPTables{chains: map[string][]string{}}
+	for k, v := range t.chains {
+		c.chains[k] = slices.Clone(v)
+	}
+	return c
+}
+
+func (t *fakeIPTables) count(j jump) int {
+	n := 0
+	for _, r := range t.chains[j.table+" "+j.chain] {
+		if r == strings.Join(j.args, " ") {
+			n++
+		}
+	}
+	return n
+}
+
+// restore applies an iptables-restore --noflush script: declarations
+// (which create or empty a chain), -A, -I (at the head), -D (the first
+// equal rule), -X (refused while a rule jumps to the chain).
+func (t *fakeIPTables) restore(script string) error {
+	table := ""
+	for n, line := range strings.Split(strings.TrimSpace(script), "\n") {
+		fail := func(format string, args ...any) error {
+			return fmt.Errorf("line %d %q: %s", n+1, line, fmt.Sprintf(format, args...))
+		}
+		op, rest, _ := strings.Cut(line, " ")
+		chain, args, _ := strings.Cut(rest, " ")
+		key := table + " " + chain
+		_, exists := t.chains[key]
+		switch {
+		case strings.HasPrefix(line, "*"):
+			table = line[1:]
+		case line == "COMMIT":
+			table = ""
+		case strings.HasPrefix(line, ":"):
+			t.chains[table+" "+strings.TrimPrefix(op, ":")] = nil
+		case !exists:
+			return fail("no chain %s in table %s", chain, table)
+		case op == "-A":
+			t.chains[key] = append(t.chains[key], args)
+		case op == "-I":
+			t.chains[key] = append([]string{args}, t.chains[key]...)
+		case op == "-D":
+			i := slices.Index(t.chains[key], args)
+			if i < 0 {
+				return fail("no such rule")
+			}
+			t.chains[key] = slices.Delete(t.chains[key], i, i+1)
+		case op == "-X":
+			for k, rules := range t.chains {
+				for _, r := range rules {
+					if strings.HasPrefix(k, table+" ") && strings.HasSuffix(r, "-j "+chain) {
+						return fail("chain %s is referenced by %s: %s", chain, k, r)
+					}
+				}
+			}
+			delete(t.chains, key)
+		default:
+			return fail("unknown command")
+		}
+	}
 	return nil
+}
+
+// save renders the tables as iptables-save does, each rule's args by
+// render.
+func (t *fakeIPTables) save(render func([]string) string) []byte {
+	var b bytes.Buffer
+	b.WriteString("# Generated by the fake\n")
+	for _, table := range []string{"mangle", "filter", "nat"} {
+		fmt.Fprintf(&b, "*%s\n", table)
+		var keys []string
+		for k := range t.chains {
+			if strings.HasPrefix(k, table+" ") {
+				keys = append(keys, k)
+			}
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			fmt.Fprintf(&b, ":%s - [0:0]\n", strings.TrimPrefix(k, table+" "))
+		}
+		for _, k := range keys {
+			for _, r := range t.chains[k] {
+				fmt.Fprintf(&b, "-A %s %s\n", strings.TrimPrefix(k, table+" "), render(strings.Fields(r)))
+			}
+		}
+		b.WriteString("COMMIT\n")
+	}
+	return b.Bytes()
 }
 
 // members lists a set's members, sorted.

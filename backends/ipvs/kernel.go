@@ -38,8 +38,12 @@ type kernel interface {
 	// iptablesRestore runs iptables-restore --noflush (ip6tables- for
 	// IPv6) with script.
 	iptablesRestore(ctx context.Context, ipv6 bool, script []byte) error
+	// iptablesSave returns iptables-save's output (ip6tables- for IPv6):
+	// every table, the jumps' nat, filter and mangle among them.
+	iptablesSave(ctx context.Context, ipv6 bool) ([]byte, error)
 	// ensureJump adds j at the head of its chain when missing; deleteJump
-	// removes it when present.
+	// removes every occurrence. One iptables process or more each: the
+	// path taken when the jumps cannot be told from iptablesSave.
 	ensureJump(ctx context.Context, ipv6 bool, j jump) error
 	deleteJump(ctx context.Context, ipv6 bool, j jump) error
 }
@@ -210,6 +214,20 @@ func iptablesCmd(ipv6 bool) string {
 
 func (*hostKernel) iptablesRestore(ctx context.Context, ipv6 bool, script []byte) error {
 	return run(ctx, script, iptablesCmd(ipv6)+"-restore", "-w", "5", "--noflush")
+}
+
+func (*hostKernel) iptablesSave(ctx context.Context, ipv6 bool) ([]byte, error) {
+	// iptables-save takes one table or all: all, in one process.
+	name := iptablesCmd(ipv6) + "-save"
+	out, err := exec.CommandContext(ctx, name).Output()
+	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return nil, fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(string(exit.Stderr)))
+		}
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return out, nil
 }
 
 func jumpArgv(ipv6 bool, op string, j jump) []string {

@@ -721,15 +721,7 @@ func (p *proxier) writeRules(ctx context.Context, st *backend.State) error {
 		local:         host.DetectLocal(&p.cfg.Config, p.ipv6, podCIDRs),
 		dropInvalid:   p.cfg.dropInvalid,
 	}
-	if err := p.kern.iptablesRestore(ctx, p.ipv6, rulesScript(rc)); err != nil {
-		return err
-	}
-	for _, j := range jumps {
-		if err := p.kern.ensureJump(ctx, p.ipv6, j); err != nil {
-			return err
-		}
-	}
-	return nil
+	return writeRulesAndJumps(ctx, p.kern, p.ipv6, rulesScript(rc))
 }
 
 func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {

@@ -91,8 +91,8 @@ func TestFullSyncWritesKubeProxysIPVSLayout(t *testing.T) {
 			t.Errorf("rules lack %q:\n%s", r, rules)
 		}
 	}
-	if len(k.jumps) != len(jumps) {
-		t.Errorf("jumps: got %d, want %d", len(k.jumps), len(jumps))
+	if n := k.jumpCount(false); n != len(jumps) {
+		t.Errorf("jumps: got %d, want %d", n, len(jumps))
 	}
 	if !b.LastSyncFull() {
 		t.Error("the first sync is a full one")
@@ -324,8 +324,8 @@ func TestCleanupRemovesEverything(t *testing.T) {
 	if d := f.Dump(); len(d) != 0 {
 		t.Errorf("IPVS after cleanup: %q", d)
 	}
-	if len(k.sets) != 0 || len(k.jumps) != 0 {
-		t.Errorf("after cleanup: sets %v, jumps %v", k.sets, k.jumps)
+	if len(k.sets) != 0 || k.jumpCount(false) != 0 {
+		t.Errorf("after cleanup: sets %v, jumps %d", k.sets, k.jumpCount(false))
 	}
 }
 
