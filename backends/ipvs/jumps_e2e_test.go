@@ -5,7 +5,9 @@ package ipvs
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -21,35 +23,54 @@ import (
 //	go test -c -tags e2e -o /tmp/ipvs.test ./backends/ipvs
 //	KPNG_IPVS_TEST_IN_VM=1 /tmp/ipvs.test -test.run 'TestJumps' -test.v
 
-// countingKernel counts the iptables processes hostKernel starts.
-type countingKernel struct {
-	hostKernel
-	saves, restores, perJump int
+// processCounter counts the iptables processes started from now on in
+// the test: each iptables program is found, through PATH, as a script that
+// logs a line and runs the real one.
+type processCounter struct {
+	log   string
+	start int
 }
 
-func (k *countingKernel) iptablesSave(ctx context.Context, ipv6 bool) ([]byte, error) {
-	k.saves++
-	return k.hostKernel.iptablesSave(ctx, ipv6)
+func countProcesses(t *testing.T) *processCounter {
+	t.Helper()
+	dir := t.TempDir()
+	c := &processCounter{log: filepath.Join(dir, "log")}
+	for _, name := range []string{"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"} {
+		real, err := exec.LookPath(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		script := fmt.Sprintf("#!/bin/sh\necho %s >>%s\nexec %s \"$@\"\n", name, c.log, real)
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	return c
 }
 
-func (k *countingKernel) iptablesRestore(ctx context.Context, ipv6 bool, script []byte) error {
-	k.restores++
-	return k.hostKernel.iptablesRestore(ctx, ipv6, script)
+// since is the number of processes started since the last call.
+func (c *processCounter) since(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile(c.log)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	n := strings.Count(string(b), "\n")
+	defer func() { c.start = n }()
+	return n - c.start
 }
 
-// ensureJump and deleteJump are counted as calls, each at least one
-// process.
-func (k *countingKernel) ensureJump(ctx context.Context, ipv6 bool, j jump) error {
-	k.perJump++
-	return k.hostKernel.ensureJump(ctx, ipv6, j)
+// perJumpCleanup is the cleanup of iptables as it was: each jump deleted
+// with iptables -C and -D, then the chains.
+func perJumpCleanup(ctx context.Context, k kernel, ipv6 bool) error {
+	for _, j := range jumps {
+		if err := k.deleteJump(ctx, ipv6, j); err != nil {
+			return err
+		}
+	}
+	return k.iptablesRestore(ctx, ipv6, cleanupScript(savedJumps{}))
 }
-
-func (k *countingKernel) deleteJump(ctx context.Context, ipv6 bool, j jump) error {
-	k.perJump++
-	return k.hostKernel.deleteJump(ctx, ipv6, j)
-}
-
-func (k *countingKernel) reset() { k.saves, k.restores, k.perJump = 0, 0, 0 }
 
 // checkJumps asks iptables -C (which compares by meaning, not by
 // rendering) whether each jump exists.
@@ -83,10 +104,11 @@ func builtinRules(t *testing.T, ctx context.Context, k kernel, ipv6 bool) []stri
 
 func TestJumpsAgainstIPTablesSave(t *testing.T) {
 	ns := netnstest.New(t, "jumps")
+	c := countProcesses(t)
 	for _, ipv6 := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ipv6=%v", ipv6), func(t *testing.T) {
 			err := ns.Do(func() error {
-				testJumpsInNamespace(t, ipv6)
+				testJumpsInNamespace(t, c, ipv6)
 				return nil
 			})
 			if err != nil {
@@ -96,43 +118,56 @@ func TestJumpsAgainstIPTablesSave(t *testing.T) {
 	}
 }
 
-func testJumpsInNamespace(t *testing.T, ipv6 bool) {
+func testJumpsInNamespace(t *testing.T, c *processCounter, ipv6 bool) {
 	ctx := t.Context()
-	k := &countingKernel{}
+	k := &hostKernel{}
 	if err := k.ipsetRestore(ctx, fullSetScript(ipv6, nil, nil)); err != nil {
 		t.Fatal(err)
 	}
 	rules := rulesScript(ruleConfig{ipv6: ipv6, mark: 0x4000})
 	want := slices.Repeat([]bool{true}, len(jumps))
-
-	// The per-jump path, for the order it gives the jumps.
-	if err := k.iptablesRestore(ctx, ipv6, rules); err != nil {
-		t.Fatal(err)
-	}
-	for _, j := range jumps {
-		if err := k.hostKernel.ensureJump(ctx, ipv6, j); err != nil {
-			t.Fatal(err)
+	// measure logs the iptables processes and the time of step, one of
+	// the per-jump path's (before) or the save-and-restore one's (after).
+	measure := func(what string, step func() error) int {
+		t.Helper()
+		c.since(t)
+		start := time.Now()
+		if err := step(); err != nil {
+			t.Fatalf("%s: %v", what, err)
 		}
+		took := time.Since(start)
+		n := c.since(t)
+		t.Logf("%s: %d iptables processes, %v", what, n, took.Round(time.Millisecond))
+		return n
 	}
+
+	// The per-jump path, for the order it gives the jumps and its cost.
+	measure("per jump: rules, then each jump checked and inserted", func() error {
+		if err := k.iptablesRestore(ctx, ipv6, rules); err != nil {
+			return err
+		}
+		for _, j := range jumps {
+			if err := k.ensureJump(ctx, ipv6, j); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	perJumpOrder := builtinRules(t, ctx, k, ipv6)
 	s := parseJumps(mustSave(t, k, ipv6))
 	if s.unknown != "" || !slices.Equal(s.counts, slices.Repeat([]int{1}, len(jumps))) {
 		t.Fatalf("iptables-save's rendering of the jumps as iptables -I wrote them: counts %v, unknown %q", s.counts, s.unknown)
 	}
-	if err := cleanupIPTables(ctx, k, ipv6); err != nil {
-		t.Fatal(err)
-	}
+	measure("per jump: cleanup, each jump checked and deleted, then the chains", func() error {
+		return perJumpCleanup(ctx, k, ipv6)
+	})
 
 	// Nothing present: one save, one restore, every jump in, in the
 	// per-jump path's order.
-	k.reset()
-	start := time.Now()
-	if err := writeRulesAndJumps(ctx, k, ipv6, rules); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("rules and jumps written in %v", time.Since(start))
-	if got := [3]int{k.saves, k.restores, k.perJump}; got != [3]int{1, 1, 0} {
-		t.Errorf("saves, restores, per-jump calls: %v, want [1 1 0]", got)
+	if n := measure("save and restore: rules and every jump", func() error {
+		return writeRulesAndJumps(ctx, k, ipv6, rules)
+	}); n != 2 {
+		t.Errorf("%d iptables processes, want 2", n)
 	}
 	if got := checkJumps(ctx, ipv6); !slices.Equal(got, want) {
 		t.Errorf("iptables -C after writing: %v", got)
@@ -142,18 +177,18 @@ func testJumpsInNamespace(t *testing.T, ipv6 bool) {
 	}
 
 	// Some missing, one duplicated: the missing one back, the duplicate
-	// left; nothing when all are present.
+	// left.
 	for _, argv := range [][]string{jumpArgv(ipv6, "-D", jumps[3]), jumpArgv(ipv6, "-A", jumps[8])} {
 		if out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput(); err != nil {
 			t.Fatalf("%v: %v: %s", argv, err, out)
 		}
 	}
-	k.reset()
+	c.since(t)
 	if err := writeRulesAndJumps(ctx, k, ipv6, rules); err != nil {
 		t.Fatal(err)
 	}
-	if got := [3]int{k.saves, k.restores, k.perJump}; got != [3]int{1, 1, 0} {
-		t.Errorf("again: saves, restores, per-jump calls: %v, want [1 1 0]", got)
+	if n := c.since(t); n != 2 {
+		t.Errorf("writing again: %d iptables processes, want 2", n)
 	}
 	if got := checkJumps(ctx, ipv6); !slices.Equal(got, want) {
 		t.Errorf("iptables -C after writing again: %v", got)
@@ -163,25 +198,21 @@ func testJumpsInNamespace(t *testing.T, ipv6 bool) {
 	}
 
 	// Cleanup: every occurrence and every chain gone in one restore.
-	k.reset()
-	start = time.Now()
-	if err := cleanupIPTables(ctx, k, ipv6); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("jumps and chains removed in %v", time.Since(start))
-	if got := [3]int{k.saves, k.restores, k.perJump}; got != [3]int{1, 1, 0} {
-		t.Errorf("cleanup: saves, restores, per-jump calls: %v, want [1 1 0]", got)
+	if n := measure("save and restore: cleanup", func() error {
+		return cleanupIPTables(ctx, k, ipv6)
+	}); n != 2 {
+		t.Errorf("cleanup: %d iptables processes, want 2", n)
 	}
 	if save := string(mustSave(t, k, ipv6)); strings.Contains(save, chainPrefix) {
 		t.Errorf("after cleanup:\n%s", save)
 	}
 	// Nothing left: no restore.
-	k.reset()
+	c.since(t)
 	if err := cleanupIPTables(ctx, k, ipv6); err != nil {
 		t.Fatal(err)
 	}
-	if got := [3]int{k.saves, k.restores, k.perJump}; got != [3]int{1, 0, 0} {
-		t.Errorf("cleanup of nothing: saves, restores, per-jump calls: %v, want [1 0 0]", got)
+	if n := c.since(t); n != 1 {
+		t.Errorf("cleanup of nothing: %d iptables processes, want 1", n)
 	}
 	existing, err := k.ipsets(ctx)
 	if err != nil {
