@@ -76,7 +76,8 @@ func perJumpCleanup(ctx context.Context, k kernel, ipv6 bool) error {
 // rendering) whether each jump exists.
 func checkJumps(ctx context.Context, ipv6 bool) (present []bool) {
 	for _, j := range jumps {
-		present = append(present, exec.CommandContext(ctx, jumpArgv(ipv6, "-C", j)[0], jumpArgv(ipv6, "-C", j)[1:]...).Run() == nil)
+		argv := jumpArgv(ipv6, "-C", j)
+		present = append(present, exec.CommandContext(ctx, argv[0], argv[1:]...).Run() == nil)
 	}
 	return present
 }
