@@ -150,6 +150,12 @@ func writeRulesAndJumps(ctx context.Context, k kernel, ipv6 bool, rules []byte) 
 		}
 	}
 	klog.FromContext(ctx).Info("Checking the iptables jumps one by one", "ipv6", ipv6, "reason", err)
+	return writeRulesPerJump(ctx, k, ipv6, rules)
+}
+
+// writeRulesPerJump writes rules, then checks each jump with iptables -C
+// and adds the missing ones with -I.
+func writeRulesPerJump(ctx context.Context, k kernel, ipv6 bool, rules []byte) error {
 	if err := k.iptablesRestore(ctx, ipv6, rules); err != nil {
 		return err
 	}
@@ -176,6 +182,12 @@ func cleanupIPTables(ctx context.Context, k kernel, ipv6 bool) error {
 		}
 	}
 	klog.FromContext(ctx).Info("Deleting the iptables jumps one by one", "ipv6", ipv6, "reason", err)
+	return cleanupPerJump(ctx, k, ipv6)
+}
+
+// cleanupPerJump deletes each jump with iptables -C and -D, then, when
+// all are gone, the chains.
+func cleanupPerJump(ctx context.Context, k kernel, ipv6 bool) error {
 	var errs []error
 	for _, j := range jumps {
 		if err := k.deleteJump(ctx, ipv6, j); err != nil {

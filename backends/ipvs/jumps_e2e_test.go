@@ -61,17 +61,6 @@ func (c *processCounter) since(t *testing.T) int {
 	return n - c.start
 }
 
-// perJumpCleanup is the cleanup of iptables as it was: each jump deleted
-// with iptables -C and -D, then the chains.
-func perJumpCleanup(ctx context.Context, k kernel, ipv6 bool) error {
-	for _, j := range jumps {
-		if err := k.deleteJump(ctx, ipv6, j); err != nil {
-			return err
-		}
-	}
-	return k.iptablesRestore(ctx, ipv6, cleanupScript(savedJumps{}))
-}
-
 // checkJumps asks iptables -C (which compares by meaning, not by
 // rendering) whether each jump exists.
 func checkJumps(ctx context.Context, ipv6 bool) (present []bool) {
@@ -144,15 +133,7 @@ func testJumpsInNamespace(t *testing.T, c *processCounter, ipv6 bool) {
 
 	// The per-jump path, for the order it gives the jumps and its cost.
 	measure("per jump: rules, then each jump checked and inserted", func() error {
-		if err := k.iptablesRestore(ctx, ipv6, rules); err != nil {
-			return err
-		}
-		for _, j := range jumps {
-			if err := k.ensureJump(ctx, ipv6, j); err != nil {
-				return err
-			}
-		}
-		return nil
+		return writeRulesPerJump(ctx, k, ipv6, rules)
 	})
 	perJumpOrder := builtinRules(t, ctx, k, ipv6)
 	s := parseJumps(mustSave(t, k, ipv6))
@@ -160,7 +141,7 @@ func testJumpsInNamespace(t *testing.T, c *processCounter, ipv6 bool) {
 		t.Fatalf("iptables-save's rendering of the jumps as iptables -I wrote them: counts %v, unknown %q", s.counts, s.unknown)
 	}
 	measure("per jump: cleanup, each jump checked and deleted, then the chains", func() error {
-		return perJumpCleanup(ctx, k, ipv6)
+		return cleanupPerJump(ctx, k, ipv6)
 	})
 
 	// Nothing present: one save, one restore, every jump in, in the
