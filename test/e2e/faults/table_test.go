@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,12 +43,40 @@ func (r row) verdict() string {
 type table struct {
 	mu   sync.Mutex
 	rows []row
+	// loads are the machine's 1-minute load averages as each row was
+	// added: the page says how loaded the machine was.
+	loads []float64
 }
 
 func (tb *table) add(r row) {
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
 	tb.rows = append(tb.rows, r)
+	if l, ok := loadAverage(); ok {
+		tb.loads = append(tb.loads, l)
+	}
+}
+
+// loadAverage is the machine's 1-minute load average (/proc/loadavg).
+func loadAverage() (float64, bool) {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, false
+	}
+	l, err := strconv.ParseFloat(f[0], 64)
+	return l, err == nil
+}
+
+// loadRange says the range of loads, for the page.
+func loadRange(loads []float64) string {
+	if len(loads) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; 1-minute load average %.1f to %.1f as the faults ended", slices.Min(loads), slices.Max(loads))
 }
 
 // text is the table as the test prints it.
@@ -89,8 +118,8 @@ func (tb *table) markdown(took time.Duration) string {
 	if c := os.Getenv("KPNG_FAULTS_COMMIT"); c != "" {
 		at = " at commit " + c
 	}
-	fmt.Fprintf(&b, "Measured by `hack/faults.sh`%s on %s (%s, %d CPUs shared with other work), in %v.\n",
-		at, time.Now().UTC().Format("2006-01-02"), kernelRelease(), numCPU(), took.Round(time.Second))
+	fmt.Fprintf(&b, "Measured by `hack/faults.sh`%s on %s (%s, %d CPUs shared with other work%s), in %v.\n",
+		at, time.Now().UTC().Format("2006-01-02"), kernelRelease(), numCPU(), loadRange(tb.loads), took.Round(time.Second))
 	b.WriteString(`Each fault runs under constant probe traffic: every 20 ms, a new TCP connection
 and a new UDP socket from a pod to a ClusterIP, and new TCP connections from a
 host outside the cluster to a NodePort, a LoadBalancer IP and a local-policy

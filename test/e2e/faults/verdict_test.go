@@ -44,3 +44,18 @@ func TestVerdictAndProse(t *testing.T) {
 		}
 	}
 }
+
+// The page says how loaded the machine was while the faults ran.
+func TestTableSaysTheLoad(t *testing.T) {
+	if got := loadRange([]float64{12.5, 3.25, 20}); got != "; 1-minute load average 3.2 to 20.0 as the faults ended" {
+		t.Errorf("loadRange = %q", got)
+	}
+	if got := loadRange(nil); got != "" {
+		t.Errorf("loadRange of nothing = %q, want nothing", got)
+	}
+	tb := &table{}
+	tb.add(row{variant: variant{name: "nft", backend: "nft"}, fault: "table deleted"})
+	if md := tb.markdown(time.Minute); !strings.Contains(md, "load average") {
+		t.Errorf("the page does not say the load:\n%s", md)
+	}
+}
