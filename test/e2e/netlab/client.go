@@ -137,11 +137,7 @@ func (h *Host) dial(ctx context.Context, proto Protocol, dst netip.AddrPort) Res
 	}
 	defer conn.Close()
 	r.Local = addrPortOf(conn.LocalAddr())
-	if deadline, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(deadline)
-	}
-	// A cancellation ends a blocked send or read as a deadline does.
-	defer context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })()
+	defer boundBy(ctx, conn)()
 	var sendErr error
 	if proto == UDP {
 		if _, err := conn.Write([]byte("netlab\n")); err != nil {
@@ -276,12 +272,15 @@ func (p *patience) stop() {
 	<-p.done
 }
 
-// patientDeadline bounds conn's reads and writes by p: they end as at a
-// deadline once p is spent (os.ErrDeadlineExceeded, a timeout), and only
-// then. It returns the function that undoes it.
-func patientDeadline(conn net.Conn, p *patience) func() {
-	_ = conn.SetDeadline(time.Now().Add(patienceWallCap))
-	stop := context.AfterFunc(p.ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+// boundBy bounds conn's reads and writes by ctx: they end as at a deadline
+// (os.ErrDeadlineExceeded, a timeout) at ctx's deadline, or once ctx is
+// cancelled (a patience spent). It returns the function that undoes the
+// cancellation's part.
+func boundBy(ctx context.Context, conn net.Conn) func() {
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(deadline)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	return func() { stop() }
 }
 

@@ -55,7 +55,7 @@ func (s *Stream) Ping(timeout time.Duration) Result {
 	start := time.Now()
 	p := startPatience(timeout)
 	defer p.stop()
-	defer patientDeadline(s.conn, p)()
+	defer boundBy(p.ctx, s.conn)()
 	if _, err := io.WriteString(s.conn, "ping\n"); err != nil {
 		return finish(Result{Local: addrPortOf(s.conn.LocalAddr())}, start, fmt.Errorf("tcp %s from %s: send: %w", s.dst, s.host.Name, err))
 	}
@@ -63,7 +63,7 @@ func (s *Stream) Ping(timeout time.Duration) Result {
 }
 
 func (s *Stream) readWithin(start time.Time, p *patience) Result {
-	defer patientDeadline(s.conn, p)()
+	defer boundBy(p.ctx, s.conn)()
 	r := Result{Local: addrPortOf(s.conn.LocalAddr())}
 	line, err := s.r.ReadString('\n')
 	if err != nil {
@@ -138,7 +138,7 @@ func (u *UDPClient) Exchange(timeout time.Duration) Result {
 	what := fmt.Sprintf("udp %s from %s", u.dst, u.host.Name)
 	p := startPatience(timeout)
 	defer p.stop()
-	defer patientDeadline(u.conn, p)()
+	defer boundBy(p.ctx, u.conn)()
 	if _, err := u.conn.Write([]byte("netlab\n")); err != nil {
 		return finish(r, start, fmt.Errorf("%s: send: %w", what, err))
 	}
