@@ -828,6 +828,21 @@ type syncAttempt struct {
 	line   string
 }
 
+// loggedSync reads a line of kpng's log that ends a sync, successful
+// ("Dataplane synced") or failed ("Sync failed"): when it ended, and how
+// long it took (0 when the line says no took=).
+func loggedSync(line string, near time.Time) (end time.Time, took time.Duration, failed, ok bool) {
+	failed = strings.Contains(line, "Sync failed")
+	if !failed && !strings.Contains(line, "Dataplane synced") {
+		return time.Time{}, 0, false, false
+	}
+	end, ok = klogTime(line, near)
+	if m := tookField.FindStringSubmatch(line); m != nil {
+		took, _ = time.ParseDuration(m[1])
+	}
+	return end, took, failed, ok
+}
+
 // firstSyncAttempt returns the first sync, successful or failed, of a kpng
 // log that started after after (its line's time, less the took="..." it
 // logs).
@@ -835,17 +850,8 @@ func firstSyncAttempt(log string, after time.Time) (syncAttempt, bool) {
 	var first syncAttempt
 	found := false
 	for _, line := range strings.Split(log, "\n") {
-		failed := strings.Contains(line, "Sync failed")
-		if !failed && !strings.Contains(line, "Dataplane synced") {
-			continue
-		}
-		end, ok := klogTime(line, after)
-		m := tookField.FindStringSubmatch(line)
-		if !ok || m == nil {
-			continue
-		}
-		took, err := time.ParseDuration(m[1])
-		if err != nil {
+		end, took, failed, ok := loggedSync(line, after)
+		if !ok || took == 0 {
 			continue
 		}
 		start := end.Add(-took)
@@ -875,24 +881,14 @@ var tookField = regexp.MustCompile(`took="?([0-9.]+[a-zµ]+)`)
 
 func firstSyncLogged(log string, after time.Time, started bool, want ...string) (time.Time, bool) {
 	for _, line := range strings.Split(log, "\n") {
-		if !strings.Contains(line, "Dataplane synced") || !slices.ContainsFunc(want, func(w string) bool { return strings.Contains(line, w) }) {
+		end, took, failed, ok := loggedSync(line, after)
+		if !ok || failed || !end.After(after) || !slices.ContainsFunc(want, func(w string) bool { return strings.Contains(line, w) }) {
 			continue
 		}
-		at, ok := klogTime(line, after)
-		if !ok || !at.After(after) {
+		if started && (took == 0 || !end.Add(-took).After(after)) {
 			continue
 		}
-		if started {
-			m := tookField.FindStringSubmatch(line)
-			if m == nil {
-				continue
-			}
-			took, err := time.ParseDuration(m[1])
-			if err != nil || !at.Add(-took).After(after) {
-				continue
-			}
-		}
-		return at, true
+		return end, true
 	}
 	return time.Time{}, false
 }
