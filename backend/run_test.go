@@ -534,16 +534,7 @@ func TestResyncNowIsNotHeldByTheSyncOfAChange(t *testing.T) {
 // damage's second step changed under it). Once: a second failure waits
 // for the backoff, however many requests come.
 func TestFailedSyncIsRetriedAtOnceAfterAChangeBehindTheBackendsBack(t *testing.T) {
-	store := cluster.NewStore()
-	rec := newRecorder()
-	kick := make(chan struct{}, 1)
-	start(t, store, rec, backend.Options{RetryPeriod: time.Hour, ResyncPeriod: time.Hour, ResyncNow: kick})
-	store.Update(func(tx *cluster.Tx) { tx.SetService(service("a", "10.96.0.1")) })
-	store.MarkSynced()
-	rec.next(t) // the first sync
-	rec.mu.Lock()
-	rec.fail = 2
-	rec.mu.Unlock()
+	rec, kick := failingAfterFirstSync(t, backend.Options{RetryPeriod: time.Hour, ResyncPeriod: time.Hour}, 2)
 	kick <- struct{}{}
 	failed := rec.next(t)
 	kick <- struct{}{}
@@ -564,16 +555,7 @@ func TestFailedSyncIsRetriedAtOnceAfterAChangeBehindTheBackendsBack(t *testing.T
 // Kicks retry a failing sync at once no more often than repairs run: two
 // per MinSyncPeriod. Between, the backoff holds.
 func TestKicksRetryAFailingSyncAtTheRepairsRate(t *testing.T) {
-	store := cluster.NewStore()
-	rec := newRecorder()
-	kick := make(chan struct{}, 1)
-	start(t, store, rec, backend.Options{RetryPeriod: time.Hour, ResyncPeriod: time.Hour, MinSyncPeriod: time.Hour, ResyncNow: kick})
-	store.Update(func(tx *cluster.Tx) { tx.SetService(service("a", "10.96.0.1")) })
-	store.MarkSynced()
-	rec.next(t) // the first sync
-	rec.mu.Lock()
-	rec.fail = 5
-	rec.mu.Unlock()
+	rec, kick := failingAfterFirstSync(t, backend.Options{RetryPeriod: time.Hour, ResyncPeriod: time.Hour, MinSyncPeriod: time.Hour}, 5)
 	kick <- struct{}{}
 	rec.next(t) // a repair, failing
 	kick <- struct{}{}
@@ -584,4 +566,23 @@ func TestKicksRetryAFailingSyncAtTheRepairsRate(t *testing.T) {
 		t.Fatalf("a third repair within MinSyncPeriod ran: %+v", c)
 	case <-time.After(300 * time.Millisecond): // the absence of a sync: nothing to wait on
 	}
+}
+
+// failingAfterFirstSync runs the driver with opts and a ResyncNow channel,
+// the backend's requests, which it returns with the recorder: once the
+// first sync is done, the next fails syncs fail.
+func failingAfterFirstSync(t *testing.T, opts backend.Options, fails int) (*recorder, chan struct{}) {
+	t.Helper()
+	store := cluster.NewStore()
+	rec := newRecorder()
+	kick := make(chan struct{}, 1)
+	opts.ResyncNow = kick
+	start(t, store, rec, opts)
+	store.Update(func(tx *cluster.Tx) { tx.SetService(service("a", "10.96.0.1")) })
+	store.MarkSynced()
+	rec.next(t) // the first sync
+	rec.mu.Lock()
+	rec.fail = fails
+	rec.mu.Unlock()
+	return rec, kick
 }
