@@ -28,11 +28,15 @@
 // bytes of a change do not depend on the cluster's size:
 //
 //	go run ./hack/bench-fanout --services 1000,10000 --agents 1000
+//
+// With --json FILE it also writes its figures as JSON, for hack/bench,
+// which runs it as part of hack/bench.sh.
 package main
 
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -73,6 +77,7 @@ func main() {
 	changes := flag.Int("changes", 50, "EndpointSlice changes to measure")
 	parallel := flag.Int("initial-parallel", 50, "agents receiving their first full state at once (bounds this process's memory)")
 	profile := flag.String("brain-cpuprofile", "", "write a CPU profile of the brain during the changes (the last cluster size's) to this file")
+	jsonOut := flag.String("json", "", "also write the figures as JSON to this file (hack/bench reads it)")
 	serve := flag.String("serve", "", "internal: run the brain on this socket")
 	flag.Parse()
 	klog.SetOutput(io.Discard)
@@ -113,6 +118,12 @@ func main() {
 		results = append(results, r)
 	}
 	printTable(cfg, results)
+	if *jsonOut != "" {
+		if err := writeJSON(*jsonOut, cfg, results); err != nil {
+			fmt.Fprintln(os.Stderr, "bench-fanout:", err)
+			os.Exit(1)
+		}
+	}
 }
 
 // slice is Service i's EndpointSlice; its first endpoint's zone is the
@@ -608,4 +619,74 @@ func printTable(c config, rs []result) {
 		fmt.Printf("agents' process RSS once synced at %d Services: %s\n", r.services, mib(r.agentsRSS))
 	}
 	fmt.Printf("(bytes read by the brain per change, the agents' requests and acknowledgements: %d B)\n", rs[len(rs)-1].readPerChange)
+}
+
+// jsonRun is what --json writes: the settings, and each cluster size's
+// figures. hack/bench (fanout.go) reads it; the two spell the fields
+// alike.
+type jsonRun struct {
+	API                 string     `json:"api"`
+	Agents              int        `json:"agents"`
+	FullAgents          int        `json:"full_agents"`
+	EndpointsPerService int        `json:"endpoints_per_service"`
+	Changes             int        `json:"changes"`
+	Sizes               []jsonSize `json:"sizes"`
+}
+
+// jsonSize is one cluster size's figures. Times are in milliseconds (the
+// initial state's in seconds), memory and traffic in bytes.
+type jsonSize struct {
+	Services int `json:"services"`
+	// ChangeToAllAgentsMs has, for each change in order, the time from
+	// the store write to the last agent holding it.
+	ChangeToAllAgentsMs []float64 `json:"change_to_all_agents_ms"`
+	OneAgentP50Ms       float64   `json:"one_agent_p50_ms"`
+	OneAgentP99Ms       float64   `json:"one_agent_p99_ms"`
+	FullAgentsP50Ms     float64   `json:"full_agents_p50_ms"`
+	FullAgentsP99Ms     float64   `json:"full_agents_p99_ms"`
+	BrainCPUPerChangeMs float64   `json:"brain_cpu_per_change_ms"`
+	// BrainBytesSentPerChange is written by the brain to all agents;
+	// BrainBytesReadPerChange is what it received (their requests).
+	BrainBytesSentPerChange int64   `json:"brain_bytes_sent_per_change"`
+	BrainBytesReadPerChange int64   `json:"brain_bytes_read_per_change"`
+	InitialSeconds          float64 `json:"initial_seconds"`
+	InitialBrainCPUSeconds  float64 `json:"initial_brain_cpu_seconds"`
+	InitialBytesPerAgent    int64   `json:"initial_bytes_per_agent"`
+	// The brain's VmRSS with its store loaded and no agent yet, once
+	// every agent had its initial state (with VmHWM then), and after
+	// the changes; AgentsRSSBytes is this process's, the agents'.
+	BrainRSSIdleBytes         int64 `json:"brain_rss_idle_bytes"`
+	BrainRSSSyncedBytes       int64 `json:"brain_rss_synced_bytes"`
+	BrainPeakRSSSyncedBytes   int64 `json:"brain_peak_rss_synced_bytes"`
+	BrainRSSAfterChangesBytes int64 `json:"brain_rss_after_changes_bytes"`
+	AgentsRSSBytes            int64 `json:"agents_rss_bytes"`
+}
+
+func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func writeJSON(file string, c config, rs []result) error {
+	run := jsonRun{API: c.api, Agents: c.agents, FullAgents: c.full, EndpointsPerService: c.endpoints, Changes: c.changes}
+	for _, r := range rs {
+		s := jsonSize{Services: r.services,
+			OneAgentP50Ms: msOf(quantile(r.perAgent, 0.5)), OneAgentP99Ms: msOf(quantile(r.perAgent, 0.99)),
+			FullAgentsP50Ms: msOf(quantile(r.full, 0.5)), FullAgentsP99Ms: msOf(quantile(r.full, 0.99)),
+			BrainCPUPerChangeMs:     msOf(r.cpuPerChange),
+			BrainBytesSentPerChange: r.bytesPerChange, BrainBytesReadPerChange: r.readPerChange,
+			InitialSeconds: r.initialTime.Seconds(), InitialBrainCPUSeconds: r.initialCPU.Seconds(),
+			InitialBytesPerAgent: r.initialBytesPerAgent,
+			BrainRSSIdleBytes:    r.rssIdle, BrainRSSSyncedBytes: r.rssSynced, BrainPeakRSSSyncedBytes: r.peakSynced,
+			BrainRSSAfterChangesBytes: r.rssChanged, AgentsRSSBytes: r.agentsRSS}
+		for _, d := range r.allAgents {
+			s.ChangeToAllAgentsMs = append(s.ChangeToAllAgentsMs, msOf(d))
+		}
+		run.Sizes = append(run.Sizes, s)
+	}
+	b, err := json.MarshalIndent(run, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(file, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("--json: %w", err)
+	}
+	return nil
 }
