@@ -144,6 +144,12 @@ func TestSweep(t *testing.T) {
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
+	// What a crashed run leaves is a process inside its namespace. `ip
+	// netns exec` enters it some time after Start returns; a sweep before
+	// that finds no process there, and the child then enters a namespace
+	// already unmounted, where nothing can find it (a failure seen at load
+	// 10).
+	awaitInNamespace(t, cmd.Process.Pid, deadNoLock, waited)
 
 	swept, err := Sweep()
 	if err != nil {
@@ -165,5 +171,34 @@ func TestSweep(t *testing.T) {
 	case <-waited:
 	case <-time.After(5 * time.Second):
 		t.Error("the orphan process in the swept namespace was not killed")
+	}
+}
+
+// awaitInNamespace waits until process pid is in the named namespace, or
+// fails the test if it exits first (exited receives its Wait's result).
+func awaitInNamespace(t *testing.T, pid int, name string, exited <-chan error) {
+	t.Helper()
+	want, err := netns.GetFromPath(filepath.Join(Dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer want.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if got, err := netns.GetFromPid(pid); err == nil {
+			in := got.Equal(want)
+			got.Close()
+			if in {
+				return
+			}
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("the process meant to stay in %s exited: %v", name, err)
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d did not enter namespace %s within 30 s", pid, name)
+		}
 	}
 }
