@@ -22,6 +22,10 @@ type fakeKernel struct {
 	sets      map[string]map[string]bool
 	rules     map[bool][]byte
 	setWrites int
+	// setScripts are the ipset restore scripts run, in order.
+	setScripts []string
+	// setLists counts the listings of the sets' headers (ipset list -t).
+	setLists int
 	// ipt is iptables, per family.
 	ipt map[bool]*fakeIPTables
 	// render, when set, is how iptables-save renders a rule's args
@@ -70,6 +74,7 @@ func (k *fakeKernel) nodeAddrs(ipv6 bool) ([]netip.Addr, error) {
 func (k *fakeKernel) ipsetRestore(_ context.Context, script []byte) error {
 	if len(script) > 0 {
 		k.setWrites++
+		k.setScripts = append(k.setScripts, string(script))
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(script)), "\n") {
 		f := strings.Fields(line)
@@ -100,6 +105,15 @@ func (k *fakeKernel) ipsets(context.Context) (map[string]bool, error) {
 	m := map[string]bool{}
 	for s := range k.sets {
 		m[s] = true
+	}
+	return m, nil
+}
+
+func (k *fakeKernel) ipsetSizes(context.Context) (map[string]int, error) {
+	k.setLists++
+	m := map[string]int{}
+	for s, members := range k.sets {
+		m[s] = len(members)
 	}
 	return m, nil
 }
@@ -370,3 +384,13 @@ func mustSync(t *testing.T, b *Backend, st *backend.State, ch backend.Changes) {
 }
 
 func key(se *localv1.ServiceEndpoints) backend.ServiceKey { return backend.KeyOf(se) }
+
+// mustSave is the family's iptables-save output.
+func mustSave(t *testing.T, k kernel, ipv6 bool) []byte {
+	t.Helper()
+	save, err := k.iptablesSave(t.Context(), ipv6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return save
+}

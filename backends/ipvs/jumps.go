@@ -83,6 +83,12 @@ func readJumps(ctx context.Context, k kernel, ipv6 bool) (savedJumps, error) {
 	if err != nil {
 		return savedJumps{}, err
 	}
+	return jumpsIn(save)
+}
+
+// jumpsIn parses an iptables-save output; an error says why the per-jump
+// path must decide instead.
+func jumpsIn(save []byte) (savedJumps, error) {
 	s := parseJumps(save)
 	if s.unknown != "" {
 		return s, fmt.Errorf("a rule enters the backend's chains but is no jump's rendering: %s", s.unknown)
@@ -137,12 +143,13 @@ func cleanupScript(s savedJumps) []byte {
 	return b.Bytes()
 }
 
-// writeRulesAndJumps writes rules (rulesScript's output) and the missing
-// jumps in one iptables-restore, after one iptables-save. If the jumps
-// cannot be told from the save, or that restore fails, it writes rules
-// alone and checks each jump with iptables -C, adding it with -I.
-func writeRulesAndJumps(ctx context.Context, k kernel, ipv6 bool, rules []byte) error {
-	s, err := readJumps(ctx, k, ipv6)
+// writeRulesAndJumps writes rules (rulesScript's output) and the jumps
+// missing from save (the family's iptables-save output, which the caller
+// took) in one iptables-restore. If the jumps cannot be told from the
+// save, or that restore fails, it writes rules alone and checks each jump
+// with iptables -C, adding it with -I.
+func writeRulesAndJumps(ctx context.Context, k kernel, ipv6 bool, rules, save []byte) error {
+	s, err := jumpsIn(save)
 	if err == nil {
 		script := append(rules[:len(rules):len(rules)], ensureJumpsScript(s)...)
 		if err = k.iptablesRestore(ctx, ipv6, script); err == nil {

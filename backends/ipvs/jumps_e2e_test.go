@@ -147,7 +147,7 @@ func testJumpsInNamespace(t *testing.T, c *processCounter, ipv6 bool) {
 	// Nothing present: one save, one restore, every jump in, in the
 	// per-jump path's order.
 	if n := measure("save and restore: rules and every jump", func() error {
-		return writeRulesAndJumps(ctx, k, ipv6, rules)
+		return writeRulesAndJumps(ctx, k, ipv6, rules, mustSave(t, k, ipv6))
 	}); n != 2 {
 		t.Errorf("%d iptables processes, want 2", n)
 	}
@@ -166,7 +166,7 @@ func testJumpsInNamespace(t *testing.T, c *processCounter, ipv6 bool) {
 		}
 	}
 	c.since(t)
-	if err := writeRulesAndJumps(ctx, k, ipv6, rules); err != nil {
+	if err := writeRulesAndJumps(ctx, k, ipv6, rules, mustSave(t, k, ipv6)); err != nil {
 		t.Fatal(err)
 	}
 	if n := c.since(t); n != 2 {
@@ -203,13 +203,4 @@ func testJumpsInNamespace(t *testing.T, c *processCounter, ipv6 bool) {
 	if err := k.ipsetRestore(ctx, destroyScript(ipv6, existing)); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func mustSave(t *testing.T, k kernel, ipv6 bool) []byte {
-	t.Helper()
-	save, err := k.iptablesSave(t.Context(), ipv6)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return save
 }

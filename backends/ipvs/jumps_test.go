@@ -149,7 +149,7 @@ func TestWriteRulesAndJumps(t *testing.T) {
 			k := newFakeKernel()
 			seed(t, k, tc.present...)
 			k.render, k.failRestore = tc.render, tc.failRestore
-			err := writeRulesAndJumps(t.Context(), k, false, rules)
+			err := writeRulesAndJumps(t.Context(), k, false, rules, mustSave(t, k, false))
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("error %v, want one: %v", err, tc.wantErr)
 			}
@@ -172,7 +172,7 @@ func TestWriteRulesAndJumps(t *testing.T) {
 func TestJumpsInsertedInThePerJumpOrder(t *testing.T) {
 	rules := rulesScript(ruleConfig{mark: 0x4000})
 	fast, slow := newFakeKernel(), newFakeKernel()
-	if err := writeRulesAndJumps(t.Context(), fast, false, rules); err != nil {
+	if err := writeRulesAndJumps(t.Context(), fast, false, rules, mustSave(t, fast, false)); err != nil {
 		t.Fatal(err)
 	}
 	slow.failRestore = func(s string) error {
@@ -181,7 +181,7 @@ func TestJumpsInsertedInThePerJumpOrder(t *testing.T) {
 		}
 		return nil
 	}
-	if err := writeRulesAndJumps(t.Context(), slow, false, rules); err != nil {
+	if err := writeRulesAndJumps(t.Context(), slow, false, rules, mustSave(t, slow, false)); err != nil {
 		t.Fatal(err)
 	}
 	if slow.perJump == 0 {

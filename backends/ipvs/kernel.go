@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
+	"strconv"
 	"strings"
 
 	"github.com/vishvananda/netlink"
@@ -35,6 +36,10 @@ type kernel interface {
 	ipsetRestore(ctx context.Context, script []byte) error
 	// ipsets lists the names of the sets that exist.
 	ipsets(ctx context.Context) (map[string]bool, error)
+	// ipsetSizes lists the sets that exist, every family's, with their
+	// number of members (-1 when ipset does not tell), from their
+	// headers alone: its cost does not grow with the members.
+	ipsetSizes(ctx context.Context) (map[string]int, error)
 	// iptablesRestore runs iptables-restore --noflush (ip6tables- for
 	// IPv6) with script.
 	iptablesRestore(ctx context.Context, ipv6 bool, script []byte) error
@@ -203,6 +208,35 @@ func (*hostKernel) ipsets(ctx context.Context) (map[string]bool, error) {
 		m[s] = true
 	}
 	return m, nil
+}
+
+func (*hostKernel) ipsetSizes(ctx context.Context) (map[string]int, error) {
+	out, err := exec.CommandContext(ctx, "ipset", "list", "-t").Output()
+	if err != nil {
+		return nil, fmt.Errorf("ipset list -t: %w", err)
+	}
+	return parseIPSetHeaders(out), nil
+}
+
+// parseIPSetHeaders reads `ipset list -t`: a "Name: " line starts each
+// set, whose "Number of entries: " line (ipset 6.30 and later) is its
+// size.
+func parseIPSetHeaders(out []byte) map[string]int {
+	m := map[string]int{}
+	name := ""
+	for _, line := range strings.Split(string(out), "\n") {
+		if n, ok := strings.CutPrefix(line, "Name: "); ok {
+			name = strings.TrimSpace(n)
+			m[name] = -1
+			continue
+		}
+		if n, ok := strings.CutPrefix(line, "Number of entries: "); ok && name != "" {
+			if v, err := strconv.Atoi(strings.TrimSpace(n)); err == nil {
+				m[name] = v
+			}
+		}
+	}
+	return m
 }
 
 func iptablesCmd(ipv6 bool) string {

@@ -237,6 +237,7 @@ func setupKernel(ctx context.Context, cfg *Config, c ipvs.Client) error {
 type Backend struct {
 	mu       sync.Mutex
 	cfg      *Config
+	kern     kernel
 	proxiers []*proxier
 	lastFull time.Time
 	wasFull  bool
@@ -245,7 +246,7 @@ type Backend struct {
 // New returns a Backend writing through c (IPVS) and k (the rest of the
 // kernel). Sync's first call writes everything.
 func New(cfg *Config, c ipvs.Client, k kernel) *Backend {
-	b := &Backend{cfg: cfg}
+	b := &Backend{cfg: cfg, kern: k}
 	for _, f := range cfg.IPFamilies {
 		b.proxiers = append(b.proxiers, newProxier(f == "ipv6", cfg, c, k))
 	}
@@ -259,8 +260,10 @@ func (b *Backend) Sync(ctx context.Context, st *backend.State, ch backend.Change
 	// Once per --full-sync-period a periodic sync reads everything back.
 	full := ch.Resync && (b.cfg.FullSyncPeriod == 0 || time.Since(b.lastFull) >= b.cfg.FullSyncPeriod)
 	b.wasFull = false
+	// One listing of the ipsets' headers serves every family's check.
+	setSizes := sync.OnceValues(func() (map[string]int, error) { return b.kern.ipsetSizes(ctx) })
 	for _, px := range b.proxiers {
-		wasFull, err := px.sync(ctx, st, ch, full)
+		wasFull, err := px.sync(ctx, st, ch, full, setSizes)
 		if err != nil {
 			px.forget()
 			return fmt.Errorf("%s: %w", px.family, err)
@@ -293,6 +296,7 @@ func (b *Backend) lastOps() opCounts {
 		o.RemoveDest += p.RemoveDest
 		o.Addrs += p.Addrs
 		o.SetEntries += p.SetEntries
+		o.RuleWrites += p.RuleWrites
 		o.ListDests += p.ListDests
 	}
 	return o

@@ -44,6 +44,10 @@ type proxier struct {
 	terminating map[vsKey]map[netip.AddrPort]bool
 	// nodePortAddrs are the addresses node-port virtual servers are on.
 	nodePortAddrs []netip.Addr
+	// rules is what the last write of the iptables rules left (zero:
+	// none yet, or it failed), which every periodic sync compares
+	// iptables with.
+	rules ruleRecord
 
 	// ops counts the kernel operations of the last sync, by kind (for
 	// tests and logs).
@@ -55,12 +59,14 @@ type opCounts struct {
 	CreateService, UpdateService, RemoveService int
 	CreateDest, UpdateDest, RemoveDest          int
 	Addrs, SetEntries                           int
-	ListDests                                   int
+	// RuleWrites counts the iptables-restores of the rules.
+	RuleWrites int
+	ListDests  int
 }
 
 // Total is the number of kernel operations.
 func (o opCounts) Total() int {
-	return o.CreateService + o.UpdateService + o.RemoveService + o.CreateDest + o.UpdateDest + o.RemoveDest + o.Addrs + o.SetEntries
+	return o.CreateService + o.UpdateService + o.RemoveService + o.CreateDest + o.UpdateDest + o.RemoveDest + o.Addrs + o.SetEntries + o.RuleWrites
 }
 
 func newProxier(ipv6 bool, cfg *Config, c ipvs.Client, k kernel) *proxier {
@@ -144,8 +150,9 @@ func (p *proxier) refreshNodePortAddrs(st *backend.State) (bool, error) {
 }
 
 // sync applies the changes of st for this family. It returns whether it
-// rewrote everything.
-func (p *proxier) sync(ctx context.Context, st *backend.State, ch backend.Changes, full bool) (bool, error) {
+// rewrote everything. setSizes lists the ipsets' sizes, for a periodic
+// sync's check (one listing for every family).
+func (p *proxier) sync(ctx context.Context, st *backend.State, ch backend.Changes, full bool, setSizes func() (map[string]int, error)) (bool, error) {
 	p.ops = opCounts{}
 	if ch.Reset || ch.NodeChanged || ch.Resync || full {
 		changed, err := p.refreshNodePortAddrs(st)
@@ -160,12 +167,6 @@ func (p *proxier) sync(ctx context.Context, st *backend.State, ch backend.Change
 	}
 	if ch.Reset || full {
 		return true, p.syncFull(ctx, st)
-	}
-	if ch.NodeChanged {
-		// The node's pod CIDRs tell local traffic (NodeCIDR).
-		if err := p.writeRules(ctx, st); err != nil {
-			return false, err
-		}
 	}
 	if ch.Resync {
 		// Periodic syncs (not those of changes, which stay proportional
@@ -182,6 +183,18 @@ func (p *proxier) sync(ctx context.Context, st *backend.State, ch backend.Change
 		if drift != "" {
 			klog.FromContext(ctx).Info("IPVS state changed behind kpng's back, rewriting it", "family", p.family, "what", drift)
 			return true, p.syncFull(ctx, st)
+		}
+		// The ipsets and the rules, which send no notification either,
+		// cheaply (repair.go); the sets first: the rules name them.
+		if err := p.repairSets(ctx, setSizes); err != nil {
+			return false, err
+		}
+	}
+	if ch.Resync || ch.NodeChanged {
+		// The node's pod CIDRs tell local traffic (NodeCIDR): a node
+		// change may change the rules.
+		if err := p.writeRules(ctx, st); err != nil {
+			return false, err
 		}
 	}
 	return p.syncKeys(ctx, st, p.keysOf(ch))
@@ -708,7 +721,9 @@ func (p *proxier) reconcileDests(k vsKey, v virtualServer) error {
 	return nil
 }
 
-// writeRules writes the iptables rules of the family and the jumps to them.
+// writeRules makes the iptables rules of the family and the jumps to them
+// what st asks for: written when iptables differs from what the last write
+// left (ensureRules).
 func (p *proxier) writeRules(ctx context.Context, st *backend.State) error {
 	var podCIDRs []string
 	if st.Node != nil {
@@ -721,7 +736,7 @@ func (p *proxier) writeRules(ctx context.Context, st *backend.State) error {
 		local:         host.DetectLocal(&p.cfg.Config, p.ipv6, podCIDRs),
 		dropInvalid:   p.cfg.dropInvalid,
 	}
-	return writeRulesAndJumps(ctx, p.kern, p.ipv6, rulesScript(rc))
+	return p.ensureRules(ctx, rulesScript(rc))
 }
 
 func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {

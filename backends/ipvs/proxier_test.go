@@ -119,7 +119,7 @@ func TestOneEndpointChangeIsOneRealServerOperation(t *testing.T) {
 	// One endpoint added.
 	changed := service("ns", "svc-7", "10.96.0.8", withEndpoints(ep("10.244.2.8", 8080, false), ep("10.244.3.8", 8080, false)))
 	services[7] = changed
-	writes := k.setWrites
+	writes, saves, lists := k.setWrites, k.saves, k.setLists
 	got := syncOps(t, b, f, stateOf(services...), backend.Changes{Set: []backend.ServiceKey{key(changed)}})
 	if diff := cmp.Diff([]string{"create-dest tcp/10.96.0.8:80 10.244.3.8:8080 w=1"}, got); diff != "" {
 		t.Errorf("endpoint added (-want +got):\n%s", diff)
@@ -129,6 +129,9 @@ func TestOneEndpointChangeIsOneRealServerOperation(t *testing.T) {
 	}
 	if k.setWrites != writes {
 		t.Errorf("endpoint added: ipset written %d times", k.setWrites-writes)
+	}
+	if k.saves != saves || k.setLists != lists {
+		t.Errorf("endpoint added: %d iptables-saves, %d listings of the sets; the periodic check is for periodic syncs", k.saves-saves, k.setLists-lists)
 	}
 
 	// One endpoint gone: TCP, so it drains with weight 0.

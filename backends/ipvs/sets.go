@@ -96,6 +96,12 @@ func createSetAs(name, base string, ipv6 bool) string {
 // shared suite). existing are the sets in the kernel: a setTmp left by a
 // restore that failed half-way is destroyed first.
 func fullSetScript(ipv6 bool, entries map[setEntry]int, existing map[string]bool) []byte {
+	return setsScript(ipv6, entries, existing, sortedKeys(setTypes))
+}
+
+// setsScript is fullSetScript for the sets of bases only (base names):
+// each created when missing, filled aside and swapped in.
+func setsScript(ipv6 bool, entries map[setEntry]int, existing map[string]bool, bases []string) []byte {
 	var b bytes.Buffer
 	tmp := setName(setTmp, ipv6)
 	if existing[tmp] {
@@ -105,7 +111,7 @@ func fullSetScript(ipv6 bool, entries map[setEntry]int, existing map[string]bool
 	for _, e := range sortedEntries(entries) {
 		bySet[e.Set] = append(bySet[e.Set], e.Entry)
 	}
-	for _, base := range sortedKeys(setTypes) {
+	for _, base := range bases {
 		fmt.Fprintln(&b, createSet(base, ipv6))
 		fmt.Fprintln(&b, createSetAs(tmp, base, ipv6))
 		for _, e := range bySet[base] {
