@@ -32,6 +32,8 @@ var hooks = []hook{
 	{"sendmsg6", ebpf.AttachCGroupUDP6Sendmsg, func(p *sockPrograms) *ebpf.Program { return p.KpngSendmsg6 }},
 	{"recvmsg6", ebpf.AttachCGroupUDP6Recvmsg, func(p *sockPrograms) *ebpf.Program { return p.KpngRecvmsg6 }},
 	{"getpeername6", ebpf.AttachCgroupInet6GetPeername, func(p *sockPrograms) *ebpf.Program { return p.KpngGetpeername6 }},
+	// A closed socket's entries deleted (both families).
+	{"sock_release", ebpf.AttachCgroupInetSockRelease, func(p *sockPrograms) *ebpf.Program { return p.KpngSockRelease }},
 }
 
 // tcHook is one tc program and where it attaches on an interface.

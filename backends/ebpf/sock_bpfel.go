@@ -66,6 +66,16 @@ type sockSlotKey struct {
 	Slot uint32
 }
 
+type sockSockFlows struct {
+	_ structs.HostLayout
+	F [4]struct {
+		_   structs.HostLayout
+		Svc sockSvcKey
+		Ep  sockEndpoint
+	}
+	N uint32
+}
+
 type sockSvcKey struct {
 	_     structs.HostLayout
 	Addr  [4]uint32
@@ -93,6 +103,7 @@ const (
 	sockMapKpngRevnat        = "kpng_revnat"
 	sockMapKpngServices      = "kpng_services"
 	sockMapKpngSlots         = "kpng_slots"
+	sockMapKpngSockFlows     = "kpng_sock_flows"
 	sockProgKpngConnect4     = "kpng_connect4"
 	sockProgKpngConnect6     = "kpng_connect6"
 	sockProgKpngGetpeername4 = "kpng_getpeername4"
@@ -101,6 +112,7 @@ const (
 	sockProgKpngRecvmsg6     = "kpng_recvmsg6"
 	sockProgKpngSendmsg4     = "kpng_sendmsg4"
 	sockProgKpngSendmsg6     = "kpng_sendmsg6"
+	sockProgKpngSockRelease  = "kpng_sock_release"
 )
 
 // loadSock returns the embedded CollectionSpec for sock.
@@ -153,18 +165,20 @@ type sockProgramSpecs struct {
 	KpngRecvmsg6     *ebpf.ProgramSpec `ebpf:"kpng_recvmsg6"`
 	KpngSendmsg4     *ebpf.ProgramSpec `ebpf:"kpng_sendmsg4"`
 	KpngSendmsg6     *ebpf.ProgramSpec `ebpf:"kpng_sendmsg6"`
+	KpngSockRelease  *ebpf.ProgramSpec `ebpf:"kpng_sock_release"`
 }
 
 // sockMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sockMapSpecs struct {
-	KpngAffinity *ebpf.MapSpec `ebpf:"kpng_affinity"`
-	KpngFlows    *ebpf.MapSpec `ebpf:"kpng_flows"`
-	KpngMembers  *ebpf.MapSpec `ebpf:"kpng_members"`
-	KpngRevnat   *ebpf.MapSpec `ebpf:"kpng_revnat"`
-	KpngServices *ebpf.MapSpec `ebpf:"kpng_services"`
-	KpngSlots    *ebpf.MapSpec `ebpf:"kpng_slots"`
+	KpngAffinity  *ebpf.MapSpec `ebpf:"kpng_affinity"`
+	KpngFlows     *ebpf.MapSpec `ebpf:"kpng_flows"`
+	KpngMembers   *ebpf.MapSpec `ebpf:"kpng_members"`
+	KpngRevnat    *ebpf.MapSpec `ebpf:"kpng_revnat"`
+	KpngServices  *ebpf.MapSpec `ebpf:"kpng_services"`
+	KpngSlots     *ebpf.MapSpec `ebpf:"kpng_slots"`
+	KpngSockFlows *ebpf.MapSpec `ebpf:"kpng_sock_flows"`
 }
 
 // sockVariableSpecs contains global variables before they are loaded into the kernel.
@@ -193,12 +207,13 @@ func (o *sockObjects) Close() error {
 //
 // It can be passed to loadSockObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sockMaps struct {
-	KpngAffinity *ebpf.Map `ebpf:"kpng_affinity"`
-	KpngFlows    *ebpf.Map `ebpf:"kpng_flows"`
-	KpngMembers  *ebpf.Map `ebpf:"kpng_members"`
-	KpngRevnat   *ebpf.Map `ebpf:"kpng_revnat"`
-	KpngServices *ebpf.Map `ebpf:"kpng_services"`
-	KpngSlots    *ebpf.Map `ebpf:"kpng_slots"`
+	KpngAffinity  *ebpf.Map `ebpf:"kpng_affinity"`
+	KpngFlows     *ebpf.Map `ebpf:"kpng_flows"`
+	KpngMembers   *ebpf.Map `ebpf:"kpng_members"`
+	KpngRevnat    *ebpf.Map `ebpf:"kpng_revnat"`
+	KpngServices  *ebpf.Map `ebpf:"kpng_services"`
+	KpngSlots     *ebpf.Map `ebpf:"kpng_slots"`
+	KpngSockFlows *ebpf.Map `ebpf:"kpng_sock_flows"`
 }
 
 func (m *sockMaps) Close() error {
@@ -209,6 +224,7 @@ func (m *sockMaps) Close() error {
 		m.KpngRevnat,
 		m.KpngServices,
 		m.KpngSlots,
+		m.KpngSockFlows,
 	)
 }
 
@@ -230,6 +246,7 @@ type sockPrograms struct {
 	KpngRecvmsg6     *ebpf.Program `ebpf:"kpng_recvmsg6"`
 	KpngSendmsg4     *ebpf.Program `ebpf:"kpng_sendmsg4"`
 	KpngSendmsg6     *ebpf.Program `ebpf:"kpng_sendmsg6"`
+	KpngSockRelease  *ebpf.Program `ebpf:"kpng_sock_release"`
 }
 
 func (p *sockPrograms) Close() error {
@@ -242,6 +259,7 @@ func (p *sockPrograms) Close() error {
 		p.KpngRecvmsg6,
 		p.KpngSendmsg4,
 		p.KpngSendmsg6,
+		p.KpngSockRelease,
 	)
 }
 

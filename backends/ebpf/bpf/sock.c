@@ -5,7 +5,8 @@
 // connected UDP) or sends a datagram (unconnected UDP), and rewrite the
 // endpoint back to the Service address when the socket asks who its peer is
 // (getpeername) or where a datagram came from (recvmsg). Established traffic
-// never meets a NAT: the socket talks to the endpoint from the start.
+// never meets a NAT: the socket talks to the endpoint from the start. When
+// a socket is closed (sock_release), the entries it left are deleted.
 //
 // IPv4 addresses are kept as IPv4-mapped IPv6 addresses (::ffff:a.b.c.d),
 // so that both families share one set of maps.
@@ -104,6 +105,32 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kpng_flows SEC(".maps");
 
+// The pairs (Service, endpoint) whose entries in kpng_flows and kpng_revnat
+// an unconnected UDP socket's datagrams left: socket storage, freed with
+// the socket, read by sock_release to delete those entries. A connected
+// socket needs none: its one reverse entry is keyed by its destination,
+// which sock_release reads. A socket that sends to more than SOCK_FLOWS
+// pairs leaves the others to the LRU.
+#define SOCK_FLOWS 4
+
+struct sock_flow {
+	struct svc_key svc;
+	struct endpoint ep;
+};
+
+struct sock_flows {
+	struct sock_flow f[SOCK_FLOWS];
+	__u32 n; // pairs of f in use
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct sock_flows);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_sock_flows SEC(".maps");
+
 // pick chooses the slot of a Service's endpoint: the client's affinity if
 // it has one that is fresh and still in the set, or a random slot.
 static __always_inline __u32 pick(struct bpf_sock_addr *ctx, struct svc_val *svc)
@@ -144,8 +171,10 @@ static __always_inline __u32 pick(struct bpf_sock_addr *ctx, struct svc_val *svc
 }
 
 // lookup_endpoint returns the endpoint for a socket dialling Service k:
-// for a datagram flow, the endpoint its first datagram went to.
-static __always_inline struct endpoint *lookup_endpoint(struct bpf_sock_addr *ctx, struct svc_key *k, struct svc_val *svc, int flow)
+// for a datagram flow, the endpoint its first datagram went to. It sets
+// *picked when it wrote the flow's entry (a new flow, or one whose set
+// changed).
+static __always_inline struct endpoint *lookup_endpoint(struct bpf_sock_addr *ctx, struct svc_key *k, struct svc_val *svc, int flow, int *picked)
 {
 	struct flow_key fk = {};
 	struct slot_key sk = {.set = svc->set};
@@ -165,14 +194,16 @@ static __always_inline struct endpoint *lookup_endpoint(struct bpf_sock_addr *ct
 	if (flow) {
 		struct flow_val fv = {.set = svc->set, .slot = sk.slot};
 		bpf_map_update_elem(&kpng_flows, &fk, &fv, BPF_ANY);
+		*picked = 1;
 	}
 	return bpf_map_lookup_elem(&kpng_slots, &sk);
 }
 
 // translate looks the dialled address up; on a Service it writes the
 // endpoint chosen into *out and returns 1, returns 0 for any other address,
-// and -1 when the connection must be refused (with the errno set).
-static __always_inline int translate(struct bpf_sock_addr *ctx, struct svc_key *k, struct endpoint *out, int flow)
+// and -1 when the connection must be refused (with the errno set). A
+// datagram flow's entry written sets *picked.
+static __always_inline int translate(struct bpf_sock_addr *ctx, struct svc_key *k, struct endpoint *out, int flow, int *picked)
 {
 	struct svc_val *svc = bpf_map_lookup_elem(&kpng_services, k);
 	if (!svc)
@@ -181,7 +212,7 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, struct svc_key *
 		bpf_set_retval((svc->flags & SVC_F_DROP) ? -ETIMEDOUT : -ECONNREFUSED);
 		return -1;
 	}
-	struct endpoint *ep = lookup_endpoint(ctx, k, svc, flow);
+	struct endpoint *ep = lookup_endpoint(ctx, k, svc, flow, picked);
 	if (!ep) {
 		// The set was replaced between the two lookups (kpng writes the
 		// new set, switches the Service, then deletes the old set): the
@@ -191,7 +222,7 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, struct svc_key *
 			bpf_set_retval(-ECONNREFUSED);
 			return -1;
 		}
-		ep = lookup_endpoint(ctx, k, svc, flow);
+		ep = lookup_endpoint(ctx, k, svc, flow, picked);
 		if (!ep) {
 			bpf_set_retval(-ECONNREFUSED);
 			return -1;
@@ -217,6 +248,40 @@ static __always_inline void remember(struct bpf_sock_addr *ctx, struct svc_key *
 	bpf_map_update_elem(&kpng_revnat, &rk, &vip, BPF_ANY);
 }
 
+static __always_inline int same_flow(struct sock_flow *f, struct svc_key *k, struct endpoint *ep)
+{
+	return f->svc.addr[0] == k->addr[0] && f->svc.addr[1] == k->addr[1] &&
+	       f->svc.addr[2] == k->addr[2] && f->svc.addr[3] == k->addr[3] &&
+	       f->svc.port == k->port && f->svc.proto == k->proto && f->svc.scope == k->scope &&
+	       f->ep.addr[0] == ep->addr[0] && f->ep.addr[1] == ep->addr[1] &&
+	       f->ep.addr[2] == ep->addr[2] && f->ep.addr[3] == ep->addr[3] &&
+	       f->ep.port == ep->port;
+}
+
+// note_flow records in the socket's storage that its datagrams to Service
+// k go to ep (entries in kpng_flows and kpng_revnat), unless it holds the
+// pair already. Only when the flow's entry was written: its datagrams
+// that follow add no pair. Two threads sending at once on one socket may
+// both take a place; a pair lost so is left to the LRU.
+static __always_inline void note_flow(struct bpf_sock_addr *ctx, struct svc_key *k, struct endpoint *ep)
+{
+	struct sock_flows *sf = bpf_sk_storage_get(&kpng_sock_flows, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!sf)
+		return;
+	__u32 n = sf->n;
+	for (__u32 i = 0; i < SOCK_FLOWS; i++) {
+		if (i >= n)
+			break;
+		if (same_flow(&sf->f[i], k, ep))
+			return;
+	}
+	if (n >= SOCK_FLOWS)
+		return;
+	sf->f[n].svc = *k;
+	sf->f[n].ep = *ep;
+	sf->n = n + 1;
+}
+
 static __always_inline int is_v4mapped(struct endpoint *ep)
 {
 	return ep->addr[0] == 0 && ep->addr[1] == 0 && ep->addr[2] == bpf_htonl(0x0000ffff);
@@ -226,9 +291,10 @@ static __always_inline int forward4(struct bpf_sock_addr *ctx, int flow)
 {
 	struct svc_key k;
 	struct endpoint ep = {};
+	int picked = 0;
 
 	key4(&k, ctx);
-	int r = translate(ctx, &k, &ep, flow);
+	int r = translate(ctx, &k, &ep, flow, &picked);
 	if (r < 0)
 		return 0;
 	if (r == 0 || !is_v4mapped(&ep))
@@ -236,6 +302,8 @@ static __always_inline int forward4(struct bpf_sock_addr *ctx, int flow)
 	ctx->user_ip4 = ep.addr[3];
 	ctx->user_port = ep.port;
 	remember(ctx, &k, &ep);
+	if (picked)
+		note_flow(ctx, &k, &ep);
 	return 1;
 }
 
@@ -243,9 +311,10 @@ static __always_inline int forward6(struct bpf_sock_addr *ctx, int flow)
 {
 	struct svc_key k;
 	struct endpoint ep = {};
+	int picked = 0;
 
 	key6(&k, ctx);
-	int r = translate(ctx, &k, &ep, flow);
+	int r = translate(ctx, &k, &ep, flow, &picked);
 	if (r < 0)
 		return 0;
 	if (r == 0)
@@ -256,6 +325,8 @@ static __always_inline int forward6(struct bpf_sock_addr *ctx, int flow)
 	ctx->user_ip6[3] = ep.addr[3];
 	ctx->user_port = ep.port;
 	remember(ctx, &k, &ep);
+	if (picked)
+		note_flow(ctx, &k, &ep);
 	return 1;
 }
 
@@ -350,5 +421,64 @@ SEC("cgroup/getpeername6")
 int kpng_getpeername6(struct bpf_sock_addr *ctx)
 {
 	reverse6(ctx);
+	return 1;
+}
+
+// A socket of the cgroup is closed (its last file reference, before the
+// protocol's close: a TCP socket still has its peer): delete the entries
+// its connect or its datagrams left, so that kpng_revnat and kpng_flows
+// hold the open sockets' only. Without it they fill with closed sockets'
+// entries, every further translation pays an eviction, and an idle
+// socket's entry (a DNS client's connected UDP socket) can be evicted by
+// others' churn, after which recvmsg shows the endpoint.
+SEC("cgroup/sock_release")
+int kpng_sock_release(struct bpf_sock *ctx)
+{
+	struct rev_key rk = {};
+	__u16 port = ctx->dst_port; // network order; 0: not connected
+	struct sock_flows *sf = bpf_sk_storage_get(&kpng_sock_flows, ctx, 0, 0);
+
+	if (!port && !sf)
+		return 1;
+	rk.cookie = bpf_get_socket_cookie(ctx);
+	if (port) {
+		// A connected socket: its reverse entry is towards its
+		// destination (an IPv4 one as ::ffff:a.b.c.d, as the socket
+		// programs key it; an AF_INET6 socket's IPv4 peer is mapped so
+		// already). dst_ip4 is read as volatile: otherwise clang reads it
+		// and dst_ip6[3] through one computed context pointer, which the
+		// verifier refuses.
+		switch (ctx->family) {
+		case 2: // AF_INET
+			rk.ep.addr[2] = bpf_htonl(0x0000ffff);
+			rk.ep.addr[3] = *(volatile __u32 *)&ctx->dst_ip4;
+			break;
+		case 10: // AF_INET6
+			rk.ep.addr[0] = ctx->dst_ip6[0];
+			rk.ep.addr[1] = ctx->dst_ip6[1];
+			rk.ep.addr[2] = ctx->dst_ip6[2];
+			rk.ep.addr[3] = ctx->dst_ip6[3];
+			break;
+		default:
+			port = 0;
+		}
+		if (port) {
+			rk.ep.port = port;
+			bpf_map_delete_elem(&kpng_revnat, &rk);
+		}
+	}
+	if (sf) {
+		struct flow_key fk = {};
+
+		fk.cookie = rk.cookie;
+		for (__u32 i = 0; i < SOCK_FLOWS; i++) {
+			if (i >= sf->n)
+				break;
+			fk.svc = sf->f[i].svc;
+			bpf_map_delete_elem(&kpng_flows, &fk);
+			rk.ep = sf->f[i].ep;
+			bpf_map_delete_elem(&kpng_revnat, &rk);
+		}
+	}
 	return 1;
 }
