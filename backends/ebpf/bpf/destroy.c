@@ -143,8 +143,12 @@ static __always_inline void destroy(struct bpf_iter_meta *meta, struct sock_comm
 	sk_key.proto = proto;
 	if (!bpf_map_lookup_elem(&kpng_stale, &sk_key))
 		return;
-	if (bpf_sock_destroy(sk) == 0)
-		bpf_seq_write(meta->seq, &rk.cookie, sizeof(rk.cookie));
+	if (bpf_sock_destroy(sk) != 0)
+		return;
+	// A destroyed UDP socket is disconnected (its destination cleared):
+	// sock_release (sock.c) would not find its entry when it is closed.
+	bpf_map_delete_elem(&kpng_revnat, &rk);
+	bpf_seq_write(meta->seq, &rk.cookie, sizeof(rk.cookie));
 }
 
 SEC("iter/udp")
