@@ -34,9 +34,19 @@
 // the maps' memory. Its results go to <out>/ebpf, and it writes only
 // BENCHMARKS.md's kpng-ebpf section.
 //
-// Results go to <out>/results-N.json; the report (alone with --report-only)
-// turns all of them into BENCHMARKS.md and the plots under docs/bench, in
-// the repository or in --report-dir. Run it as root with hack/bench.sh.
+// After the sizes, with no proxy and no API server left running, it runs
+// the fan-out (fanout.go): hack/bench-fanout, one kpng brain serving the
+// cluster to --fanout-agents node agents over gRPC, at the largest size
+// run up to 10,000 services (issue 20's "one brain to 1,000 agents").
+//
+// The default sizes take 30,000 services too where the machine allows
+// (--with-30k=auto, size30k.go): decided once 10,000 ran, from the memory
+// available and the 10,000 run's time against --budget-30k.
+//
+// Results go to <out>/results-N.json and <out>/fanout.json; the report
+// (alone with --report-only) turns all of them into BENCHMARKS.md and the
+// plots under docs/bench, in the repository or in --report-dir. Run it as
+// root with hack/bench.sh.
 package main
 
 import (
@@ -71,7 +81,8 @@ func main() {
 	}
 	var (
 		sizes     = flag.String("sizes", "100,1000,5000,10000", "comma-separated numbers of services (each with 10 endpoints); the dataplane comparison is between the smallest and the largest")
-		with30k   = flag.Bool("with-30k", false, "also run 30,000 services (long)")
+		budget30k = flag.Duration("budget-30k", 2*time.Hour, fmt.Sprintf("with --with-30k=auto: the longest a 30,000-service run may be "+
+			"expected to take (projected as %d x the 10,000 run's time)", growth30k))
 		churnRate = flag.Float64("churn-rate", 100, "EndpointSlice updates per second during the churn (issue 20 states its targets at 100/s)")
 		churnFor  = flag.Duration("churn", time.Minute, "how long the churn lasts")
 		burst     = flag.Int("burst", 1000, "updates made at once in the burst")
@@ -86,17 +97,28 @@ func main() {
 		kubeProxy = flag.String("kube-proxy", "", "kube-proxy binary (default: <repo>/.cache/bin/kube-proxy)")
 		reportDir = flag.String("report-dir", "", "where BENCHMARKS.md and docs/bench/*.png are written (default: the repository root); "+
 			"a directory without a BENCHMARKS.md starts from the repository's, so a trial run can leave the committed page alone")
-		reportOnly = flag.Bool("report-only", false, "only write BENCHMARKS.md and the plots from the results in --out")
+		reportOnly = flag.Bool("report-only", false, "only write BENCHMARKS.md and the plots from the results in --out (results-N.json, fanout.json)")
 		guideOnly  = flag.Bool("guide-only", false, "only write BENCHMARKS.md's generated guide to kpng-ebpf's figures, leaving the results alone")
 		noReport   = flag.Bool("no-report", false, "do not write BENCHMARKS.md and the plots")
 		ebpfOnly   = flag.Bool("ebpf-only", false, "run kpng-ebpf alone, for issue 21's figures: no workload phases, a longer probe (15 s unless --probe is given), "+
 			"single endpoint changes (--one-changes), results in <out>/ebpf, and only BENCHMARKS.md's kpng-ebpf section written (with --report-only too)")
 		oneChanges = flag.Int("one-changes", 60, "with --ebpf-only: how many single endpoint changes are made, one at a time")
 		oneRate    = flag.Float64("one-change-rate", 5, "with --ebpf-only: single endpoint changes per second")
+		foAgents   = flag.Int("fanout-agents", fanoutTargetAgents, "node agents of the fan-out (hack/bench-fanout, after the sizes; not with --ebpf-only), each on its own gRPC connection; 0: no fan-out")
+		foServices = flag.Int("fanout-services", 0, "Services of the fan-out (default: the largest size run, at most 10,000)")
+		foChanges  = flag.Int("fanout-changes", 100, "EndpointSlice changes the fan-out measures, one at a time")
 	)
+	w30 := with30k("auto")
+	flag.Var(&w30, "with-30k", fmt.Sprintf("30,000 services as well: true (--with-30k alone), false, or auto: with the default sizes, "+
+		"after 10,000, if %d GiB of memory are available and %d x the 10,000 run's time fits in --budget-30k (long: kube-proxy's "+
+		"iptables mode needs many minutes to start)", min30kMemory>>30, growth30k))
+	flag.Usage = usage
 	flag.Parse()
-	probeGiven := false
-	flag.Visit(func(f *flag.Flag) { probeGiven = probeGiven || f.Name == "probe" })
+	probeGiven, sizesGiven := false, false
+	flag.Visit(func(f *flag.Flag) {
+		probeGiven = probeGiven || f.Name == "probe"
+		sizesGiven = sizesGiven || f.Name == "sizes"
+	})
 	if *ebpfOnly && !probeGiven {
 		*probeFor = 15 * time.Second
 	}
@@ -110,6 +132,11 @@ func main() {
 		if *ebpfOnly {
 			*outDir = filepath.Join(*outDir, "ebpf")
 		}
+	}
+	// The binaries are built elsewhere (buildAtHead), and the child runs
+	// in the same folder: one absolute path for all.
+	if *outDir, err = filepath.Abs(*outDir); err != nil {
+		fatal(err)
 	}
 	writeReport := report
 	if *ebpfOnly {
@@ -144,11 +171,18 @@ func main() {
 	if *variant != "legacy" && *variant != "nft" {
 		fatal(fmt.Errorf("--iptables-variant %q: legacy or nft", *variant))
 	}
+	if *foAgents < 0 || *foServices < 0 || *foChanges < 1 {
+		fatal(fmt.Errorf("--fanout-agents and --fanout-services: 0 or more; --fanout-changes: 1 or more"))
+	}
 	cfg := &config{churnRate: *churnRate, churnFor: *churnFor, burst: *burst, newServices: *newSvcs,
 		serviceRate: *svcRate, startTimeout: *startTO, drainTimeout: *drainTO, probeFor: *probeFor,
 		ebpfOnly: *ebpfOnly, oneChanges: *oneChanges, oneChangeRate: *oneRate,
-		iptablesVariant: *variant,
-		outDir:          *outDir, runID: os.Getenv(envChild), command: "hack/bench.sh " + strings.Join(os.Args[1:], " ")}
+		iptablesVariant: *variant, fanoutServices: *foServices, fanoutChanges: *foChanges,
+		outDir: *outDir, runID: os.Getenv(envChild), command: "hack/bench.sh " + strings.Join(os.Args[1:], " ")}
+	cfg.run = time.Now().UTC().Format("20060102T150405Z") + "-" + cfg.runID
+	if !cfg.ebpfOnly {
+		cfg.fanoutAgents = *foAgents
+	}
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {
@@ -156,19 +190,37 @@ func main() {
 		}
 		cfg.sizes = append(cfg.sizes, n)
 	}
-	if *with30k {
-		cfg.sizes = append(cfg.sizes, 30000)
+	add30k, auto30k := false, false
+	if !cfg.ebpfOnly {
+		add30k, auto30k, cfg.note30k = plan30k(w30, sizesGiven, cfg.sizes)
+	} else if w30 == "true" {
+		add30k = true
+	}
+	if add30k {
+		cfg.sizes = append(cfg.sizes, size30k)
 	}
 	if cfg.bins.kubeProxy = *kubeProxy; cfg.bins.kubeProxy == "" {
 		cfg.bins.kubeProxy = filepath.Join(root, ".cache", "bin", "kube-proxy")
 	}
+	var pkgs []string
 	if cfg.bins.kpng = *kpngBin; cfg.bins.kpng == "" {
-		status.set(0, "building kpng from the last commit")
-		if cfg.bins.kpng, cfg.kpngVersion, err = buildKpng(root, *outDir); err != nil {
-			fatal(err)
-		}
+		pkgs = append(pkgs, "./cmd/kpng")
+		cfg.bins.kpng = filepath.Join(*outDir, "kpng")
 	} else {
 		cfg.kpngVersion = "given: " + cfg.bins.kpng
+	}
+	if cfg.fanoutAgents > 0 {
+		pkgs = append(pkgs, "./hack/bench-fanout")
+		cfg.bins.benchFanout = filepath.Join(*outDir, "bench-fanout")
+	}
+	if len(pkgs) > 0 {
+		status.set(0, "building "+strings.Join(pkgs, " and ")+" from the last commit")
+		if cfg.headCommit, err = buildAtHead(root, *outDir, pkgs...); err != nil {
+			fatal(err)
+		}
+		if *kpngBin == "" {
+			cfg.kpngVersion = cfg.headCommit
+		}
 	}
 	for _, b := range []string{cfg.bins.kpng, cfg.bins.kubeProxy} {
 		if _, err := os.Stat(b); err != nil && (b == cfg.bins.kpng || !cfg.ebpfOnly) {
@@ -191,7 +243,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	failed := false
-	for _, n := range cfg.sizes {
+	// cfg.sizes grows by 30,000 after 10,000 if the rule says so.
+	for i := 0; i < len(cfg.sizes); i++ {
+		n := cfg.sizes[i]
+		began := time.Now()
 		res, err := runSize(ctx, cfg, n)
 		status.done()
 		if err != nil {
@@ -204,10 +259,59 @@ func main() {
 		if ctx.Err() != nil {
 			break
 		}
+		if auto30k && n == targetServices {
+			var run bool
+			var note string
+			if mem, merr := memAvailable(); merr != nil {
+				note = fmt.Sprintf("30,000 services were not run: the memory available is unknown (%v)", merr)
+			} else {
+				run, note = decide30k(mem, time.Since(began), *budget30k, err != nil)
+			}
+			logf("%s", note)
+			cfg.note30k = note
+			if res != nil {
+				res.Note30k = note
+				if err := writeResult(cfg.outDir, res); err != nil {
+					logf("size %d: %v", n, err)
+				}
+			}
+			if run {
+				cfg.sizes = append(cfg.sizes, size30k)
+			}
+		}
+	}
+	if cfg.fanoutAgents > 0 && ctx.Err() == nil {
+		services := fanoutServices(cfg.sizes, cfg.fanoutServices)
+		fo, err := runFanout(ctx, cfg, services)
+		status.done()
+		if err != nil {
+			logf("fan-out: %v", err)
+			failed = true
+		} else {
+			f := fo.Figures
+			logf("fan-out: %d agents, %d services, %d changes: a change to all agents p50 %.1f ms, p99 %.1f ms, max %.1f ms "+
+				"(goal: p99 under %d ms); brain memory per agent %.0f KiB (RSS %.0f MiB with every agent synced, %.0f MiB before any, over %d agents)",
+				f.Agents, f.Services, f.Changes, f.allAgents(0.5), f.allAgents(0.99), f.allAgents(1), fanoutGoalMs,
+				f.brainBytesPerAgent()/1024, mb(f.BrainRSSSyncedBytes), mb(f.BrainRSSIdleBytes), f.Agents)
+		}
 	}
 	if failed {
 		os.Exit(1)
 	}
+}
+
+// usage is --help's text.
+func usage() {
+	fmt.Fprint(flag.CommandLine.Output(), `Usage: hack/bench.sh [flags]
+
+Runs kpng and upstream kube-proxy side by side against one real API server,
+at each size (with 30,000 services where the machine allows, --with-30k),
+then the fan-out (one kpng brain to --fanout-agents agents), and writes
+BENCHMARKS.md and docs/bench/*.png from the results. Run as root.
+
+Flags:
+`)
+	flag.PrintDefaults()
 }
 
 // runParent creates the bench namespace, runs this program inside it, then
@@ -254,31 +358,33 @@ func runParent(root, outDir, reportDir string, noReport bool, report func(root, 
 	return code
 }
 
-// buildKpng builds ./cmd/kpng of the repository's HEAD (not of the working
-// tree, which may hold others' unfinished changes) into dir, and returns
-// the binary and the commit.
-func buildKpng(root, dir string) (bin, commit string, err error) {
+// buildAtHead builds pkgs (./cmd/kpng, ./hack/bench-fanout) of the
+// repository's HEAD (not of the working tree, which may hold others'
+// unfinished changes) into dir, each named after its last element, and
+// returns the commit.
+func buildAtHead(root, dir string, pkgs ...string) (commit string, err error) {
 	out, err := exec.Command("git", "-C", root, "rev-parse", "--short=12", "HEAD").Output()
 	if err != nil {
-		return "", "", fmt.Errorf("git rev-parse HEAD: %w", err)
+		return "", fmt.Errorf("git rev-parse HEAD: %w", err)
 	}
 	commit = strings.TrimSpace(string(out))
 	src, err := os.MkdirTemp(dir, "src-")
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
 	defer os.RemoveAll(src)
 	archive := exec.Command("sh", "-c", `git -C "$1" archive HEAD | tar -x -C "$2"`, "sh", root, src)
 	if out, err := archive.CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("git archive HEAD: %w: %s", err, out)
+		return "", fmt.Errorf("git archive HEAD: %w: %s", err, out)
 	}
-	bin = filepath.Join(dir, "kpng")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/kpng")
+	// -o naming a directory (its trailing separator) builds each
+	// package's command into it.
+	build := exec.Command("go", append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)...)
 	build.Dir = src
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("go build ./cmd/kpng at %s: %w\n%s", commit, err, out)
+		return "", fmt.Errorf("go build %s at %s: %w\n%s", strings.Join(pkgs, " "), commit, err, out)
 	}
-	return bin, commit, nil
+	return commit, nil
 }
 
 // binaryVersion returns the first line of `bin --version` ("Kubernetes

@@ -45,6 +45,8 @@ type runArgs struct {
 // binaries are the programs the bench runs.
 type binaries struct {
 	kpng, kubeProxy string
+	// benchFanout is hack/bench-fanout, built with kpng.
+	benchFanout string
 }
 
 // nodeName is the Node every proxy serves.

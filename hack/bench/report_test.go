@@ -139,13 +139,13 @@ func TestTargetsAt10000Services(t *testing.T) {
 	big := *all[3]
 	big.Services = 30000
 	var b strings.Builder
-	targetsSection(&b, append(all, &big))
+	targetsSection(&b, append(all, &big), nil)
 	if got := b.String(); !strings.Contains(got, "### Targets at 10,000 services") {
 		t.Errorf("with 30,000 run too, the targets are not checked at 10,000:\n%s", got)
 	}
 
 	b.Reset()
-	targetsSection(&b, all[:3]) // up to 5,000
+	targetsSection(&b, all[:3], nil) // up to 5,000
 	got := b.String()
 	wantAll(t, "without 10,000: the section lacks", got, []string{"### Targets, at 5,000 services", "**10,000 services, where the targets are stated, were not run**"})
 }
@@ -162,7 +162,7 @@ func TestTargetsListShortfalls(t *testing.T) {
 	k.RSSEndMB, ref.RSSEndMB = 83, 105
 	k.Phases[phaseChurn].CPUSeconds, ref.Phases[phaseChurn].CPUSeconds = 1, 40
 	var b strings.Builder
-	targetsSection(&b, []*SizeResult{r})
+	targetsSection(&b, []*SizeResult{r}, nil)
 	got := b.String()
 	wantAll(t, "the section lacks", got, []string{
 		"| network programming p99 under churn (s) | kpng-nft | 1.70 | kube-proxy-nftables | 2.73 | 0.62 | ≤ 0.25 | **no** |",
@@ -188,7 +188,7 @@ func TestEBPFTargets(t *testing.T) {
 	big.Probes[0].P50Micros, big.Probes[1].P50Micros = 70, 60
 	big.Phases[phaseChurn].PartialSyncs, big.Phases[phaseChurn].PartialSyncSumSeconds = 200, 0.08
 	var b strings.Builder
-	targetsSection(&b, results)
+	targetsSection(&b, results, nil)
 	got := b.String()
 	wantAll(t, "the section lacks", got, []string{
 		"| connect time p50 at 100 services, to the ClusterIP / to the pod IP (µs) | kpng-ebpf | 61 | the pod IP, same probe | 60 | 1.02 | ≤ 1.05 x | yes |",
@@ -208,7 +208,7 @@ func TestEBPFTargets(t *testing.T) {
 		r.Proxies = slices.DeleteFunc(r.Proxies, func(p *ProxyResult) bool { return p.Name == ebpfName })
 	}
 	b.Reset()
-	targetsSection(&b, results)
+	targetsSection(&b, results, nil)
 	if strings.Contains(b.String(), ebpfName) {
 		t.Errorf("eBPF rows without kpng-ebpf results:\n%s", b.String())
 	}

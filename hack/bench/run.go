@@ -54,10 +54,20 @@ type config struct {
 	oneChangeRate float64
 	outDir        string
 	runID         string
-	bins          binaries
-	command       string
-	kpngVersion   string
-	versions      Versions
+	// run tells this run's results from other runs' (SizeResult.Run).
+	run         string
+	bins        binaries
+	command     string
+	kpngVersion string
+	// headCommit is the commit bench-fanout (and kpng, unless given)
+	// was built from.
+	headCommit string
+	versions   Versions
+	// fanoutAgents (0: no fan-out), fanoutServices (0: the largest
+	// size, at most 10,000) and fanoutChanges are the fan-out's.
+	fanoutAgents, fanoutServices, fanoutChanges int
+	// note30k says why 30,000 services are or are not in the run.
+	note30k string
 	// iptablesVariant is legacy or nft; iptablesPath the directory that
 	// makes `iptables` the variant's (iptablesPathDir).
 	iptablesVariant string
@@ -90,7 +100,7 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 		BurstUpdates: cfg.burst, NewServices: cfg.newServices, ServiceRate: cfg.serviceRate,
 		KpngCommit: cfg.kpngVersion, Versions: cfg.versions, ProbeSeconds: cfg.probeFor.Seconds(),
 		IptablesVariant: cfg.iptablesVariant, StartTimeout: cfg.startTimeout.String(), DrainTimeout: cfg.drainTimeout.String(),
-		ProbeRounds: probeRoundsFor(cfg.probeFor), EBPFOnly: cfg.ebpfOnly}
+		ProbeRounds: probeRoundsFor(cfg.probeFor), EBPFOnly: cfg.ebpfOnly, Run: cfg.run, Note30k: cfg.note30k}
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	var loadMu sync.Mutex
