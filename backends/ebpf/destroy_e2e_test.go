@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -36,11 +37,18 @@ func TestDestroyClientProcess(t *testing.T) {
 	os.Exit(0)
 }
 
-// destroyClientMain keeps sockets open across the test's syncs, one
-// command per line, one answer line each:
+// destroyClientMain keeps sockets open across the test's syncs (those of
+// the socket-destroy tests and of release_e2e_test.go), one command per
+// line, one answer line each:
 //
 //	open NAME udp|tcp ADDR   connect: "ok peer=<getpeername>" (tcp: " at=<address reached>", from the greeting)
-//	ask NAME                 one exchange: "ok <address reached>" (udp) or "ok <echo>" (tcp), or "err write|read <errno>"
+//	open NAME tcp6mapped ADDR  the same from an AF_INET6 socket to an IPv4 ADDR (as ::ffff:a.b.c.d), as dual-stack programs dial
+//	open NAME udpu ADDR      an unconnected UDP socket (AF_INET or AF_INET6 as ADDR is), one datagram to ADDR: "ok peer=<its answer's source>"
+//	ask NAME                 one exchange: "ok <address reached>" (udp, udpu) or "ok <echo>" (tcp), or "err write|read <errno>"
+//	peer NAME                who the socket says its peer is: "ok <getpeername>" (tcp), "ok <getpeername> from=<an answer's source>" (udp), "ok from=<an answer's source>" (udpu)
+//	cookie NAME              the socket's cookie (SO_COOKIE): "ok <cookie>"
+//	close NAME               close it: "ok closed"
+//	connects N ADDR          N TCP connections to ADDR, each closed at once: "ok <mean ns>"
 //	recv NAME                one read (up to 2 s): "ok <address reached>" or "err read <errno>"
 //	block NAME               start a read that waits (up to 10 s) for a datagram
 //	result NAME              what that read returned
@@ -56,13 +64,50 @@ func destroyClientMain(in io.Reader, out io.Writer) {
 	}
 	socks := map[string]*sock{}
 	buf := make([]byte, 256)
+	// exchange sends a datagram on an unconnected socket and reads the
+	// answer, with its source (recvfrom: what the recvmsg programs
+	// rewrite).
+	exchange := func(s *sock) (string, string) {
+		c := s.c.(*net.UDPConn)
+		to, err := net.ResolveUDPAddr("udp", s.addr)
+		if err != nil {
+			return "", "err " + err.Error()
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.WriteToUDP([]byte("hi"), to); err != nil {
+			return "", "err write " + errName(err)
+		}
+		n, from, err := c.ReadFromUDP(buf)
+		if err != nil {
+			return "", "err read " + errName(err)
+		}
+		return reached(buf[:n]), "from=" + from.String()
+	}
 	connect := func(s *sock) string {
-		c, err := net.DialTimeout(s.network, s.addr, 5*time.Second)
+		var c net.Conn
+		var err error
+		switch s.network {
+		case "udpu":
+			network := "udp4"
+			if ap, perr := netip.ParseAddrPort(s.addr); perr == nil && ap.Addr().Is6() {
+				network = "udp6"
+			}
+			if c, err = net.ListenUDP(network, nil); err != nil {
+				return "err listen " + errName(err)
+			}
+			s.c = c
+			_, from := exchange(s)
+			return strings.Replace(from, "from=", "ok peer=", 1)
+		case "tcp6mapped":
+			c, err = dialMapped(s.addr)
+		default:
+			c, err = net.DialTimeout(s.network, s.addr, 5*time.Second)
+		}
 		if err != nil {
 			return "err connect " + errName(err)
 		}
 		s.c = c
-		if s.network == "tcp" {
+		if s.network == "tcp" || s.network == "tcp6mapped" {
 			c.SetReadDeadline(time.Now().Add(5 * time.Second))
 			greeting, err := bufio.NewReader(c).ReadString('\n')
 			if err != nil {
@@ -73,8 +118,15 @@ func destroyClientMain(in io.Reader, out io.Writer) {
 		return "ok peer=" + peerName(c)
 	}
 	ask := func(s *sock) string {
+		if s.network == "udpu" {
+			at, from := exchange(s)
+			if at == "" {
+				return from
+			}
+			return "ok " + at
+		}
 		msg := "hi"
-		if s.network == "tcp" {
+		if s.network == "tcp" || s.network == "tcp6mapped" {
 			msg = "ping\n"
 		}
 		s.c.SetDeadline(time.Now().Add(5 * time.Second))
@@ -85,10 +137,32 @@ func destroyClientMain(in io.Reader, out io.Writer) {
 		if err != nil {
 			return "err read " + errName(err)
 		}
-		if s.network == "tcp" {
+		if s.network == "tcp" || s.network == "tcp6mapped" {
 			return "ok " + strings.TrimSpace(string(buf[:n]))
 		}
 		return "ok " + reached(buf[:n])
+	}
+	peer := func(s *sock) string {
+		switch s.network {
+		case "udpu":
+			at, from := exchange(s)
+			if at == "" {
+				return from
+			}
+			return "ok " + from
+		case "udp":
+			c := s.c.(*net.UDPConn)
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := c.Write([]byte("hi")); err != nil {
+				return "err write " + errName(err)
+			}
+			_, from, err := c.ReadFromUDP(buf)
+			if err != nil {
+				return "err read " + errName(err)
+			}
+			return "ok " + peerName(c) + " from=" + from.String()
+		}
+		return "ok " + peerName(s.c)
 	}
 	var kept []net.Conn
 	sc := bufio.NewScanner(in)
@@ -116,6 +190,8 @@ func destroyClientMain(in io.Reader, out io.Writer) {
 					answer += fmt.Sprintf(" %s=%d", ep, at[ep])
 				}
 			}
+		case len(f) == 3 && f[0] == "connects": // as clientMain's
+			answer = dial("connects", f[1]+" "+f[2])
 		case len(f) == 4 && f[0] == "open":
 			s := &sock{network: f[2], addr: f[3]}
 			socks[f[1]] = s
@@ -150,6 +226,14 @@ func destroyClientMain(in io.Reader, out io.Writer) {
 				} else {
 					answer = <-s.blocked
 				}
+			case "peer":
+				answer = peer(s)
+			case "cookie":
+				answer = "ok " + socketCookie(s.c)
+			case "close":
+				s.c.Close()
+				delete(socks, f[1])
+				answer = "ok closed"
 			case "reopen":
 				s.c.Close()
 				if answer = connect(s); strings.HasPrefix(answer, "ok ") {
@@ -504,12 +588,17 @@ func TestDestroyStaleUDPSocketsIPv6(t *testing.T) {
 	vip := "[" + clusterIPv6 + "]:53"
 	s.set(v6(ready(ep1v6)))
 	count := s.count(false)
-	c.want(t, "open", "u udp "+vip, "ok peer="+vip)
+	u := &heldSocket{name: "u", kind: "udp", vip: netip.MustParseAddrPort(vip), ep: netip.MustParseAddrPort("[" + ep1v6 + "]:5353"), proto: protoUDP}
+	u.open(t, c)
 	c.want(t, "ask", "u", "ok ["+ep1v6+"]:5353")
+	u.wantEntries(t, s, true)
 	c.want(t, "open", "direct udp ["+ep1v6+"]:5353", "ok peer=["+ep1v6+"]:5353")
 	c.want(t, "block", "u", "ok blocking")
 	s.set(v6(ready(ep2v6)))
 	c.want(t, "result", "u", "err read ECONNABORTED")
+	// Its reverse entry went with it: the socket is disconnected now, and
+	// sock_release, which keys it by the destination, would not find it.
+	u.wantEntries(t, s, false)
 	c.want(t, "reopen", "u", "ok ["+ep2v6+"]:5353")
 	c.want(t, "ask", "direct", "ok ["+ep1v6+"]:5353")
 	if count.destroyed != 1 {
