@@ -5,6 +5,9 @@ package ebpf
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/kpng/kpng/backend"
@@ -183,4 +187,159 @@ func BenchmarkPeriodicCheck(b *testing.B) {
 		})
 		o.Close()
 	}
+}
+
+// TestConnectCostRevnatFullVsCleaned measures what sock_release saves a
+// connect, against the kernel's run-time statistics of the programs:
+// with kpng_revnat full of closed sockets' entries, as it was before
+// sock_release (its link detached and the map filled to capacity with
+// entries of sockets that no longer exist: every connect through a
+// Service evicts one), and with it cleaned (the link attached again by
+// the periodic check, the map emptied: each connection's entry is deleted
+// at its close). The two alternate, round by round, so that both see the
+// machine's load, which the test logs. It also logs the mean connect and
+// close as the client sees it, to the cluster IP and to the endpoint
+// directly, and sock_release's own run time. It fails only if the
+// release program leaves entries behind.
+func TestConnectCostRevnatFullVsCleaned(t *testing.T) {
+	s := newSocketLab(t)
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stats.Close()
+	s.set(webService(ep1))
+	vip, direct := clusterIP+":80", ep1+":8080"
+	s.client.want(t, "tcp", vip, "ok "+ep1+":8080 peer="+vip)
+	revnat := s.objs.KpngRevnat
+	capacity := int(revnat.MaxEntries())
+	// Entries of sockets that no longer exist: cookies no socket has
+	// (the top bit set), towards an endpoint of the Service.
+	stale := make([]sockRevKey, capacity)
+	vals := make([]sockEndpoint, capacity)
+	for i := range stale {
+		stale[i] = sockRevKey{Cookie: 1<<63 | uint64(i), Ep: endpointKey(netip.MustParseAddrPort(direct))}
+		vals[i] = endpointKey(netip.MustParseAddrPort(vip))
+	}
+	empty := func() {
+		t.Helper()
+		var keys []sockRevKey
+		var k sockRevKey
+		var v sockEndpoint
+		it := revnat.Iterate()
+		for it.Next(&k, &v) {
+			keys = append(keys, k)
+		}
+		if err := it.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := batchDelete(revnat, keys); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pin := filepath.Join(s.pins, "link_sock_release")
+	full := func() {
+		t.Helper()
+		l, err := link.LoadPinnedLink(pin, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = l.Detach()
+		l.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := revnat.BatchUpdate(stale, vals, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cleaned := func() {
+		t.Helper()
+		repaired, err := s.plugin.objs.CheckLinks()
+		if err != nil || len(repaired) != 1 {
+			t.Fatalf("the periodic check of the links: repaired %q, %v; want sock_release's", repaired, err)
+		}
+		empty()
+	}
+	type progStats struct{ runtime, runs [3]uint64 } // connect4, getpeername4, sock_release
+	snapshot := func() (st progStats) {
+		t.Helper()
+		for i, p := range []*ebpf.Program{s.progs.KpngConnect4, s.progs.KpngGetpeername4, s.progs.KpngSockRelease} {
+			ps, err := p.Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			st.runtime[i], st.runs[i] = uint64(ps.Runtime), ps.RunCount
+		}
+		return st
+	}
+	// phase sums, per state (full, cleaned) and target (endpoint, cluster
+	// IP), the programs' statistics and the client's mean connect times.
+	type phase struct {
+		prog  [2]progStats
+		conns [2][]int64
+	}
+	var phases [2]phase
+	const perRound, rounds = 300, 12
+	var loads []string
+	cur := -1
+	for r := range rounds {
+		loads = append(loads, loadAverage(t))
+		for j := range 2 {
+			state := (r + j) % 2 // alternate which goes first
+			switch {
+			case state == cur: // as the previous round left it
+			case state == 0:
+				full()
+			default:
+				cleaned()
+			}
+			cur = state
+			for target, addr := range []string{direct, vip} {
+				before := snapshot()
+				phases[state].conns[target] = append(phases[state].conns[target], s.connects(t, perRound, addr))
+				after := snapshot()
+				for i := range 3 {
+					phases[state].prog[target].runtime[i] += after.runtime[i] - before.runtime[i]
+					phases[state].prog[target].runs[i] += after.runs[i] - before.runs[i]
+				}
+			}
+			if state == 1 {
+				// Every connection was closed: no entry is left.
+				if n := entries(t, revnat); n != 0 {
+					t.Errorf("round %d: kpng_revnat holds %d entries after %d connections, all closed", r, n, 2*perRound)
+				}
+			}
+		}
+	}
+	loads = append(loads, loadAverage(t))
+	perRun := func(p progStats, i int) time.Duration {
+		if p.runs[i] == 0 {
+			return 0
+		}
+		return time.Duration(p.runtime[i] / p.runs[i])
+	}
+	median := func(v []int64) time.Duration {
+		v = slices.Clone(v)
+		slices.Sort(v)
+		return time.Duration(v[len(v)/2])
+	}
+	for state, name := range []string{"kpng_revnat full, sock_release detached (before it)", "kpng_revnat cleaned by sock_release"} {
+		p := phases[state]
+		d, v := median(p.conns[0]), median(p.conns[1])
+		t.Logf("%s: connect4 %v on the cluster IP, %v on the endpoint's address; getpeername4 %v (hit), %v (miss); sock_release %v per close of a socket to the cluster IP, %v to the endpoint; connect+close %v to the cluster IP, %v to the endpoint (%+.1f%%), medians of %d rounds of %d",
+			name, perRun(p.prog[1], 0), perRun(p.prog[0], 0), perRun(p.prog[1], 1), perRun(p.prog[0], 1), perRun(p.prog[1], 2), perRun(p.prog[0], 2),
+			v, d, 100*float64(v-d)/float64(d), rounds, perRound)
+	}
+	t.Logf("1-minute load average at each round: %s", strings.Join(loads, " "))
+}
+
+// loadAverage is the machine's 1-minute load average (/proc/loadavg).
+func loadAverage(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(b))[0]
 }
