@@ -243,7 +243,7 @@ func TestLinearityRows(t *testing.T) {
 	results := withRuns(2, 2)
 	results[4].Run = "run-2"
 	for _, r := range linearityRows(results) {
-		if r.met != "not the same run" || r.ratio != "2.00" || !strings.Contains(r.short, "different runs") {
+		if r.met != "not the same run" || r.ratio != "2.00" || !strings.Contains(r.short, "not known to come from one run") {
 			t.Errorf("two runs: %+v", r)
 		}
 	}

@@ -142,8 +142,8 @@ func linearityRows(results []*SizeResult) []targetRow {
 				row.met = "no data"
 			case !sameRun(r10, r30):
 				row.met = "not the same run"
-				row.short = fmt.Sprintf("**%s**, %s: the 10,000- and 30,000-service results come from different runs "+
-					"(%s and %s), whose loads differ: not checked.", name, names[0],
+				row.short = fmt.Sprintf("**%s**, %s: the 10,000- and 30,000-service results are not known to come from "+
+					"one run (started %s and %s), and two runs' loads differ: not checked.", name, names[0],
 					r10.Started.Format("2006-01-02 15:04"), r30.Started.Format("2006-01-02 15:04"))
 			case q <= linearityGoal:
 				row.met = "yes"
