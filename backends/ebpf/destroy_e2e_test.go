@@ -291,8 +291,19 @@ func (s *socketLab) count(tcp bool) *countingDestroyer {
 }
 
 // newDestroyLab is a socket lab (sock_e2e_test.go) whose client is the
-// socket-destroy client.
+// socket-destroy client, with the socket-destroy programs loaded.
 func newDestroyLab(t *testing.T) *socketLab {
+	s := newHoldLab(t)
+	if s.plugin.destroyer == nil {
+		t.Fatal("the backend did not load the socket-destroy programs")
+	}
+	return s
+}
+
+// newHoldLab is a socket lab whose client is the socket-destroy client
+// (destroyClientMain), which keeps sockets open; on a kernel without
+// bpf_sock_destroy too.
+func newHoldLab(t *testing.T) *socketLab {
 	netnstest.RequireRoot(t)
 	l := newLab(t)
 	cgroup := testCgroup(t)
@@ -304,9 +315,6 @@ func newDestroyLab(t *testing.T) *socketLab {
 	})
 	s := &socketLab{t: t, pins: pins, cgroup: cgroup, client: startDestroyClient(t, l, cgroup)}
 	s.open()
-	if s.plugin.destroyer == nil {
-		t.Fatal("the backend did not load the socket-destroy programs")
-	}
 	return s
 }
 

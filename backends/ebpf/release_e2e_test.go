@@ -170,7 +170,7 @@ func web6(eps ...string) *localv1.ServiceEndpoints {
 // peer; a socket opened before a restart of kpng is cleaned by the new
 // run's program. At the end the maps are empty.
 func TestSocketReleaseDeletesItsEntries(t *testing.T) {
-	s := newDestroyLab(t)
+	s := newHoldLab(t)
 	c := s.client
 	s.set(webService(ep1), web6(ep1v6))
 	ap := netip.MustParseAddrPort
@@ -245,7 +245,7 @@ func TestSocketReleaseDeletesItsEntries(t *testing.T) {
 // evicts. Before sock_release, it evicted the idle socket's entry, and
 // recvmsg then showed the endpoint.
 func TestIdleSocketKeepsItsEntryThroughChurn(t *testing.T) {
-	s := newDestroyLab(t)
+	s := newHoldLab(t)
 	c := s.client
 	s.set(webService(ep1))
 	idle := &heldSocket{name: "dns", kind: "udp", vip: netip.MustParseAddrPort(clusterIP + ":53"), ep: netip.MustParseAddrPort(ep1 + ":5353"), proto: protoUDP}

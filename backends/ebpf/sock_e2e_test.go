@@ -418,7 +418,7 @@ func TestSocketLoadBalancing(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%+v", err)
 	}
-	t.Logf("Open (load, verify, attach 8 programs): %v", time.Since(start).Round(time.Microsecond))
+	t.Logf("Open (load, verify, attach %d programs): %v", len(hooks), time.Since(start).Round(time.Microsecond))
 	st := backend.NewState("node-1")
 	key := backend.KeyOf(webService())
 	sync := func(ch backend.Changes, se *localv1.ServiceEndpoints) time.Duration {
