@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kpng/kpng/internal/netnstest"
 	"github.com/kpng/kpng/proxyutil/host"
@@ -65,10 +66,13 @@ func testRepairInNamespace(t *testing.T, c *processCounter, ipv6 bool) {
 		t.Helper()
 		c.since(t)
 		p.ops = opCounts{}
+		start := time.Now()
 		if err := p.ensureRules(ctx, script); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		return c.since(t)
+		n := c.since(t)
+		t.Logf("%s: %d iptables processes, %v", what, n, time.Since(start).Round(time.Millisecond))
+		return n
 	}
 	if n := ensure("first write"); n != 3 {
 		t.Errorf("first write: %d iptables processes, want 3 (save, restore, save)", n)
@@ -125,10 +129,12 @@ func testRepairInNamespace(t *testing.T, c *processCounter, ipv6 bool) {
 	if out, err := exec.CommandContext(ctx, "ipset", "flush", clusterIP).CombinedOutput(); err != nil {
 		t.Fatalf("ipset flush: %v: %s", err, out)
 	}
+	start := time.Now()
 	sizes, err := k.ipsetSizes(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("ipset list -t: %v", time.Since(start).Round(time.Millisecond))
 	if got := damagedSets(ipv6, p.entryRefs, sizes); !slices.Equal(got, []string{setClusterIP}) {
 		t.Errorf("damaged sets %q (sizes %v), want only %s", got, sizes, setClusterIP)
 	}
