@@ -82,10 +82,10 @@ go test -race -tags "${tags}" -timeout 60m "$@" ./...
 # The shared real-packet suite for to-ipvs, which the run above left out
 # (no IPVS in this kernel): in hack/vm.sh's VM, booting Debian 12's kernel
 # (docs/ipvs.md, "How it is tested"). Every test of test/e2e/services that
-# runs per backend, but TestRepair (its damages are nftables and iptables
-# rules, repaired on the kernel's notification; to-ipvs's IPVS and ipsets
-# send none: docs/ipvs.md); TestMigration (kube-proxy's nftables and
-# iptables modes) and TestDifferencesDocumented ran above. Without the race
+# runs per backend, TestRepair included (IPVS, kube-ipvs0, the ipsets and
+# the rules damaged, repaired by the periodic sync: docs/ipvs.md);
+# TestMigration (kube-proxy's nftables and iptables modes) and
+# TestDifferencesDocumented ran above. Without the race
 # detector, which the emulated VM could not afford; kpng is built on the
 # host from this tree (netlab.KpngBinaryEnv). A focused run (arguments
 # given) leaves it out.
@@ -98,7 +98,7 @@ if [[ -n ${services_ipvs_in_vm:-} ]] && (($# == 0)); then
 	go build -o "${root}/.cache/vm/kpng" ./cmd/kpng
 	(cd test/e2e/services && KPNG_E2E_BACKENDS=ipvs KPNG_NETLAB_KPNG="${root}/.cache/vm/kpng" \
 		VM_MODULES="ip_vs nf_conntrack br_netfilter" VM_MEM=4G VM_TIMEOUT=45m \
-		../../../hack/vm.sh "${services_test}" -test.timeout 40m -test.skip '^(TestRepair|TestMigration|TestDifferencesDocumented)$')
+		../../../hack/vm.sh "${services_test}" -test.timeout 40m -test.skip '^(TestMigration|TestDifferencesDocumented)$')
 fi
 
 log "go test hack/bench (the benchmark's parsers and quantiles; the benchmark itself is hack/bench.sh)"

@@ -811,19 +811,22 @@ func TestNodePortAddresses(t *testing.T) {
 // (SIGSTOP) while the damage is done, so that the test can see the damage
 // in place before the proxy may react; its periodic sync is a minute away,
 // so a repair within seconds is the kernel's notification at work (kpng's
-// backends; upstream kube-proxy, run as a reference, gets its periodic
-// sync at 2 s instead and the time it needs).
+// backends; upstream kube-proxy, run as a reference, and the backends
+// whose dataplane sends no notification, to-ebpf's maps and to-ipvs's
+// IPVS and ipsets, get their periodic sync at 2 s instead and the time
+// they need).
 func TestRepair(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b netlab.Backend) {
 		var web *corev1.Service
 		cfg := defaultConfig()
 		cfg.SyncPeriod = time.Minute
 		within := 10 * time.Second // far below the periodic sync
-		maps := differs(t, b, "repair")
-		if strings.HasPrefix(b.Name(), "kube-proxy-") || maps {
+		periodic := differs(t, b, "repair")
+		if strings.HasPrefix(b.Name(), "kube-proxy-") || periodic {
 			cfg.SyncPeriod = 2 * time.Second
 			within = 3*cfg.SyncPeriod + settle
 		}
+		maps := periodic && strings.TrimPrefix(b.Name(), "kube-") == "ebpf"
 		c := startCluster(t, b, cfg, func(l *netlab.Lab, s *netlab.State) {
 			web = s.AddService("web", netlab.TCPPort("tcp", 80, targetPort), netlab.UDPPort("udp", 80, targetPort))
 			s.SetEndpoints(web, netlab.Ready(l.Pod("pod-c"))...)
@@ -843,9 +846,16 @@ func TestRepair(t *testing.T) {
 			repairMaps(t, n1, proc, dialer(&podA.Host, netlab.TCP, netlab.ClusterIP(web, 4, 80), dropTimeout), answers, within)
 			return
 		}
+		// What is damaged: the firewall's rules, counted; to-ipvs's
+		// whole dataplane, line by line (repair_ipvs_test.go).
+		look := firewallRules
+		if isIPVS(b.Name()) {
+			look = ipvsDataplane
+		}
 		for _, dmg := range damages(b.Name()) {
 			t.Run(dmg.name, func(t *testing.T) {
-				before := firewallRules(t, n1)
+				before := look(t, n1)
+				mark := proc.Mark()
 				if err := syscall.Kill(proc.Pid(), syscall.SIGSTOP); err != nil {
 					t.Fatal(err)
 				}
@@ -860,19 +870,32 @@ func TestRepair(t *testing.T) {
 						t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
 					}
 				}
-				if after := firewallRules(t, n1); len(after) >= len(before) {
+				switch after := look(t, n1); {
+				case isIPVS(b.Name()) && sameLines(before, after):
+					t.Fatalf("the damage changed nothing: %d lines before and after", len(before))
+				case !isIPVS(b.Name()) && len(after) >= len(before):
 					t.Fatalf("the damage removed no rule: %d rules before, %d after", len(before), len(after))
 				}
-				start := time.Now()
+				resumed, start := proc.Mark(), time.Now()
 				if err := syscall.Kill(proc.Pid(), syscall.SIGCONT); err != nil {
 					t.Fatal(err)
 				}
 				stopped = false
+				if isIPVS(b.Name()) {
+					// Looked at after each sync of the proxy, not polled:
+					// a look at to-ipvs's dataplane takes seconds in the
+					// emulated VM.
+					took := awaitIPVSRepair(t, n1, proc, resumed, start, before, within)
+					t.Logf("resumed the proxy at %s; repaired by the sync that ended after %v of its running time", start.Format("15:04:05.000"), took.Round(time.Millisecond))
+					logRepair(t, proc.Output()[mark:])
+					answers(settle)
+					return
+				}
 				// Every rule is back (polling the kernel, which has no
 				// event to wait on here), and traffic flows.
 				deadline := time.Now().Add(within)
 				for {
-					after := firewallRules(t, n1)
+					after := look(t, n1)
 					if len(after) == len(before) {
 						break
 					}
@@ -904,6 +927,8 @@ func damages(name string) []damage {
 		}
 	}
 	switch {
+	case isIPVS(name):
+		return ipvsDamages(wipe)
 	case strings.Contains(name, "iptables"):
 		chain := "KPNG-SERVICES"
 		if strings.HasPrefix(name, "kube-proxy-") {
