@@ -47,6 +47,8 @@ var differences = map[string]map[string]difference{
 			"without local-traffic detection the node's own connection to a cluster IP leaves from that cluster IP (kube-ipvs0 holds it, so the kernel picks it as the source), which an endpoint on another node could not answer; as kube-proxy's ipvs mode, to-ipvs masquerades it (a cluster IP as source, a service port as destination), so the endpoint sees the node's address towards it"},
 		"no-short-circuit": {byDesign,
 			"IPVS picks real servers by virtual server, not by source: a pod's connection to an external or load-balancer IP of an externalTrafficPolicy Local Service gets the node's local endpoints, not the cluster's, so without local endpoints it is dropped (the view's Local set is empty), as kube-proxy's ipvs mode has no such short-circuit either (its empty virtual server refuses)"},
+		"repair": {byDesign,
+			"IPVS and ipsets send no notification of a change, so a damage is repaired by the periodic sync (--sync-period, 2 s in the test), which checks IPVS, kube-ipvs0's addresses, the ipsets' sizes and the iptables rules cheaply; kube-ipvs0's deletion is watched and repaired at once. kube-proxy's ipvs mode also repairs at its periodic sync"},
 	},
 }
 

@@ -21,13 +21,6 @@ import (
 // (docs/ipvs.md). "Repaired" is every line of ipvsDataplane back, not a
 // count.
 
-func init() {
-	// The case belongs with the ipvs damages below; differences_test.go
-	// holds the other backends' cases.
-	differences["ipvs"]["repair"] = difference{byDesign,
-		"IPVS and ipsets send no notification of a change, so a damage is repaired by the periodic sync (--sync-period, 2 s in the test), which checks IPVS, kube-ipvs0's addresses, the ipsets' sizes and the iptables rules cheaply; kube-ipvs0's deletion is watched and repaired at once. kube-proxy's ipvs mode also repairs at its periodic sync"}
-}
-
 // isIPVS reports whether backend name is kpng's to-ipvs.
 func isIPVS(name string) bool { return strings.TrimPrefix(name, "kube-") == "ipvs" }
 
