@@ -16,10 +16,17 @@ var debugCommands = [][]string{
 	{"ip", "-br", "addr"},
 	{"ip", "route"},
 	{"ip", "-6", "route"},
+	// Neighbour entries and the stack's counters (absolute, without
+	// touching nstat's history file): a path that fails in one family
+	// only shows here (a FAILED neighbour, solicitations unanswered, IPv6
+	// packets without a route).
+	{"ip", "neigh", "show"},
+	{"nstat", "-as"},
 }
 
 // Dump returns the node's nftables ruleset, iptables-save and ip6tables-save
-// output, conntrack tables, addresses and routes, for debugging. A command
+// output, conntrack tables, addresses, routes, neighbours and network
+// counters, for debugging. A command
 // that fails shows its error in place of its output.
 func (n *Node) Dump() string {
 	var b strings.Builder
