@@ -3,6 +3,7 @@ package iptables
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/kpng/kpng/api/localv1"
@@ -10,11 +11,57 @@ import (
 )
 
 // discard is a runner that keeps nothing: the benchmarks measure building
-// the restore input, not iptables-restore.
-type discard struct{ bytes int }
+// the restore input, not iptables-restore. With measure set, it records the
+// live heap when the input is complete (the peak of a sync: the input, the
+// record and whatever the sync holds).
+type discard struct {
+	bytes   int
+	measure bool
+	atPeak  uint64
+}
 
-func (d *discard) restore(_ context.Context, data []byte) error { d.bytes = len(data); return nil }
-func (d *discard) save(context.Context) ([]byte, error)         { return nil, nil }
+func (d *discard) restore(_ context.Context, data []byte) error {
+	d.bytes = len(data)
+	if d.measure {
+		d.atPeak = liveHeap()
+	}
+	return nil
+}
+func (d *discard) save(context.Context) ([]byte, error) { return nil, nil }
+
+// liveHeap is the heap in use after a collection.
+func liveHeap() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// mib is the difference of two heap sizes in MiB.
+func mib(after, before uint64) float64 { return float64(int64(after)-int64(before)) / (1 << 20) }
+
+// measureHeap measures the backend's heap beyond the state it is given:
+// live after a cold sync of st (what it keeps between syncs), and at the
+// restore of the sync that sync runs next (what that sync holds at its
+// peak). Run before the benchmark's loop, so that nothing else is live.
+func measureHeap(b *testing.B, st *backend.State, sync func(p *proxier)) (live, peak float64) {
+	b.Helper()
+	before := liveHeap()
+	d := &discard{}
+	p := newProxier(false, testConfig(), d)
+	mustSync(b, p, st, backend.Changes{Reset: true})
+	live = mib(liveHeap(), before)
+	d.measure = true
+	sync(p)
+	runtime.KeepAlive(p)
+	return live, mib(d.atPeak, before)
+}
+
+// reportHeap reports measureHeap's figures.
+func reportHeap(b *testing.B, live, peak float64) {
+	b.ReportMetric(live, "live-MiB")
+	b.ReportMetric(peak, "peak-live-MiB")
+}
 
 // bigState is n ClusterIP services of m endpoints each (as the brain and
 // backend benchmarks use: 10,000 x 10).
@@ -36,6 +83,7 @@ func bigState(n, m int) *backend.State {
 // 10,000 services x 10 endpoints.
 func BenchmarkFullSync10kServices(b *testing.B) {
 	st := bigState(10000, 10)
+	live, peak := measureHeap(b, st, func(p *proxier) { mustSync(b, p, st, backend.Changes{Reset: true}) })
 	d := &discard{}
 	p := newProxier(false, testConfig(), d)
 	b.ReportAllocs()
@@ -43,6 +91,7 @@ func BenchmarkFullSync10kServices(b *testing.B) {
 		mustSync(b, p, st, backend.Changes{Reset: true})
 	}
 	b.ReportMetric(float64(d.bytes), "restore-bytes")
+	reportHeap(b, live, peak)
 }
 
 // BenchmarkOneEndpointChange10kServices builds the restore input of a sync
@@ -97,6 +146,7 @@ func (f *endpointFlip) partialSync(b *testing.B, ctx context.Context, p *proxier
 // endpoints, nothing having changed.
 func BenchmarkResync10kServices(b *testing.B) {
 	st := bigState(10000, 10)
+	live, peak := measureHeap(b, st, func(p *proxier) { mustSync(b, p, st, backend.Changes{Resync: true}) })
 	d := &discard{}
 	p := newProxier(false, testConfig(), d)
 	mustSync(b, p, st, backend.Changes{Reset: true})
@@ -105,4 +155,5 @@ func BenchmarkResync10kServices(b *testing.B) {
 		mustSync(b, p, st, backend.Changes{Resync: true})
 	}
 	b.ReportMetric(float64(d.bytes), "restore-bytes")
+	reportHeap(b, live, peak)
 }
