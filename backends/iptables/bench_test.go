@@ -20,10 +20,14 @@ type discard struct {
 	atPeak  uint64
 }
 
-func (d *discard) restore(_ context.Context, data []byte) error {
-	d.bytes = len(data)
+func (d *discard) restore(_ context.Context, in ...[]byte) error {
+	d.bytes = 0
+	for _, piece := range in {
+		d.bytes += len(piece)
+	}
 	if d.measure {
 		d.atPeak = liveHeap()
+		runtime.KeepAlive(in) // iptables-restore reads it meanwhile
 	}
 	return nil
 }

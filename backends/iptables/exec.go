@@ -1,6 +1,7 @@
 package iptables
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -17,8 +18,10 @@ import (
 
 // runner applies restore input to one family's tables and reads them back.
 type runner interface {
-	// restore runs iptables-restore --noflush with data.
-	restore(ctx context.Context, data []byte) error
+	// restore runs iptables-restore --noflush with the input in, whose
+	// pieces are written one after the other (a full sync's input is
+	// tens of megabytes at scale: it is not copied into one).
+	restore(ctx context.Context, in ...[]byte) error
 	// save returns iptables-save's output (all tables).
 	save(ctx context.Context) ([]byte, error)
 }
@@ -59,16 +62,16 @@ func (e *restoreError) Error() string {
 	return s
 }
 
-func (r *execRunner) restore(ctx context.Context, data []byte) error {
+func (r *execRunner) restore(ctx context.Context, in ...[]byte) error {
 	// -W is the lock retry interval in microseconds (legacy only; the nft
 	// variant takes no lock and ignores both).
 	cmd := r.command(ctx, r.restoreCmd, "-w", strconv.Itoa(r.wait), "-W", "100000", "--noflush")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	// Its transaction is ours, not a change behind our back.
-	if err := nfmonitor.RunOwn(cmd, bytes.NewReader(data)); err != nil {
+	if err := nfmonitor.RunOwn(cmd, reader(in)); err != nil {
 		out := out.Bytes()
-		return &restoreError{err: err, output: strings.TrimSpace(string(out)), lines: failedLines(data, out)}
+		return &restoreError{err: err, output: strings.TrimSpace(string(out)), lines: failedLines(in, out)}
 	}
 	return nil
 }
@@ -84,9 +87,18 @@ func (r *execRunner) save(ctx context.Context) ([]byte, error) {
 	return out, nil
 }
 
+// reader reads the pieces of in one after the other.
+func reader(in [][]byte) io.Reader {
+	rs := make([]io.Reader, len(in))
+	for i, piece := range in {
+		rs[i] = bytes.NewReader(piece)
+	}
+	return io.MultiReader(rs...)
+}
+
 // failedLines returns the input lines around the one iptables-restore names
 // in "line N failed", for the error message.
-func failedLines(data, out []byte) string {
+func failedLines(in [][]byte, out []byte) string {
 	s := string(out)
 	i := strings.Index(s, "line ")
 	if i < 0 {
@@ -101,10 +113,13 @@ func failedLines(data, out []byte) string {
 	if err != nil {
 		return ""
 	}
-	lines := strings.Split(string(data), "\n")
 	var b strings.Builder
-	for k := max(n-3, 1); k <= min(n+1, len(lines)); k++ {
-		fmt.Fprintf(&b, "%6d %s\n", k, lines[k-1])
+	sc := bufio.NewScanner(reader(in))
+	sc.Buffer(nil, 16<<20)
+	for k := 1; k <= n+1 && sc.Scan(); k++ {
+		if k >= n-3 {
+			fmt.Fprintf(&b, "%6d %s\n", k, sc.Bytes())
+		}
 	}
 	return b.String()
 }
@@ -117,10 +132,13 @@ type dryRunner struct {
 	w      io.Writer
 }
 
-func (d dryRunner) restore(_ context.Context, data []byte) error {
+func (d dryRunner) restore(_ context.Context, in ...[]byte) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	_, err := fmt.Fprintf(d.w, "# %s iptables-restore --noflush input\n%s", d.family, data)
+	if _, err := fmt.Fprintf(d.w, "# %s iptables-restore --noflush input\n", d.family); err != nil {
+		return err
+	}
+	_, err := io.Copy(d.w, reader(in))
 	return err
 }
 

@@ -54,7 +54,8 @@ func (f *fakeTables) clone() map[string]map[string][]string {
 	return out
 }
 
-func (f *fakeTables) restore(_ context.Context, data []byte) error {
+func (f *fakeTables) restore(_ context.Context, in ...[]byte) error {
+	data := bytes.Join(in, nil)
 	f.restores = append(f.restores, string(data))
 	if f.failAll != nil {
 		return f.failAll

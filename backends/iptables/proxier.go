@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"iter"
 	"maps"
 	"net/netip"
 	"slices"
@@ -46,7 +45,7 @@ type proxier struct {
 
 	// The in-memory record of what the tables hold: per service, what was
 	// written for it; keys sorted (the order of the shared chains).
-	services map[backend.ServiceKey]*rendered
+	services map[backend.ServiceKey]*record
 	keys     []backend.ServiceKey
 	// nodePortsAll: every local address accepts node ports (but loopback,
 	// unless localhostNodePorts); otherwise only nodePortIPs do.
@@ -58,12 +57,17 @@ type proxier struct {
 	// Resync rewrites everything (see watchKernel).
 	repair atomic.Bool
 	// totals sums the counts of the services in the record.
-	totals rendered
+	totals record
 	// lastFull is when the last full sync succeeded; now is the clock.
 	lastFull time.Time
 	now      func() time.Time
 
-	buf bytes.Buffer
+	// buf holds a partial sync's restore input. A full sync's input is
+	// tens of megabytes at scale: it is not kept, but its size is
+	// (fullSize: the head, the services' chains), to allocate the next
+	// one at once.
+	buf      bytes.Buffer
+	fullSize [2]int
 }
 
 // syncResult describes one sync of one family.
@@ -85,7 +89,7 @@ type syncResult struct {
 
 func newProxier(ipv6 bool, cfg *Config, run runner) *proxier {
 	p := &proxier{ipv6: ipv6, family: localv1.IPFamily_IPV4, cfg: cfg, run: run,
-		services: map[backend.ServiceKey]*rendered{}, needFull: true, now: time.Now}
+		services: map[backend.ServiceKey]*record{}, needFull: true, now: time.Now}
 	if ipv6 {
 		p.family = localv1.IPFamily_IPV6
 	}
@@ -125,12 +129,12 @@ func (p *proxier) sync(ctx context.Context, state *backend.State, changes backen
 			return res, nil
 		}
 		klog.FromContext(ctx).Info("Partial sync failed, syncing everything", "family", p.name(), "err", err)
-		full, err := p.fullSync(ctx, state, changes)
+		full, err := p.fullSync(ctx, state)
 		full.partialFailed = true
 		full.restoreFailures += res.restoreFailures
 		return full, err
 	}
-	return p.fullSync(ctx, state, changes)
+	return p.fullSync(ctx, state)
 }
 
 // setNode updates what rules depend on in the node and the cluster.
@@ -175,23 +179,8 @@ func (p *proxier) nodePortAddresses(primary netip.Addr) ([]netip.Addr, error) {
 	return p.nodePorts.Addresses(p.ipv6, primary, local), nil
 }
 
-func (p *proxier) fullSync(ctx context.Context, state *backend.State, changes backend.Changes) (syncResult, error) {
+func (p *proxier) fullSync(ctx context.Context, state *backend.State) (syncResult, error) {
 	res := syncResult{full: true}
-	// A periodic resync rewrites everything, but a service that did not
-	// change since the last successful sync renders as its record says:
-	// reuse it. Not after a reset or a failure (the record may not match
-	// the state), nor after a node change (the rules depend on the node).
-	var unchanged func(backend.ServiceKey) bool
-	if changes.Resync && !changes.Reset && !changes.NodeChanged && !p.needFull {
-		changed := make(map[backend.ServiceKey]bool, len(changes.Set)+len(changes.Deleted))
-		for _, k := range changes.Set {
-			changed[k] = true
-		}
-		for _, k := range changes.Deleted {
-			changed[k] = true
-		}
-		unchanged = func(k backend.ServiceKey) bool { return !changed[k] }
-	}
 	p.setNode(state)
 	p.ensureCounters(ctx)
 	saved, err := p.run.save(ctx)
@@ -200,24 +189,38 @@ func (p *proxier) fullSync(ctx context.Context, state *backend.State, changes ba
 		return res, err
 	}
 	existing := parseSave(saved)
+	saved = nil
 
-	services := make(map[backend.ServiceKey]*rendered, len(state.Services))
 	keys := make([]backend.ServiceKey, 0, len(state.Services))
-	for k, se := range state.Services {
-		if k.Family != p.family {
-			continue
+	for k := range state.Services {
+		if k.Family == p.family {
+			keys = append(keys, k)
 		}
-		if r := p.services[k]; r != nil && unchanged != nil && unchanged(k) {
-			services[k] = r
-		} else {
-			services[k] = p.rend.render(se)
-		}
-		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, backend.ServiceKey.Compare)
+	// Every service is rendered, its own chains' rules written at once
+	// into the input's piece that holds them (they come last in the nat
+	// table, after the declarations of every chain), and only its record
+	// kept; the previous record when it says the same, so that a resync
+	// leaves the record as it was.
+	var chains bytes.Buffer
+	chains.Grow(p.fullSize[1] + p.fullSize[1]/16)
+	services := make(map[backend.ServiceKey]*record, len(keys))
+	for _, k := range keys {
+		r := p.rend.render(state.Services[k])
+		rec := r.record()
+		if old := p.services[k]; old != nil && old.equal(rec) {
+			rec = old
+		}
+		services[k] = rec
+		for _, c := range r.chains {
+			chains.Write(c.rules)
+		}
+	}
 
-	b := &p.buf
-	b.Reset()
+	var b bytes.Buffer
+	b.Grow(p.fullSize[0] + p.fullSize[0]/16)
+	var stale []string
 	for _, tbl := range []string{"filter", "nat"} {
 		b.WriteString("*" + tbl + "\n")
 		declared := map[string]bool{}
@@ -235,7 +238,7 @@ func (p *proxier) fullSync(ctx context.Context, state *backend.State, changes ba
 				}
 			}
 		}
-		var stale []string
+		stale = stale[:0]
 		for _, c := range existing[tbl].ownChains() {
 			if !declared[c] {
 				stale = append(stale, c)
@@ -263,20 +266,23 @@ func (p *proxier) fullSync(ctx context.Context, state *backend.State, changes ba
 				b.WriteString("-I " + js[i].from + " 1 " + js[i].args() + "\n")
 			}
 		}
-		p.writeFixed(b, tbl)
-		p.writeSharedChains(b, tbl, func(shared) bool { return true }, keys, services)
-		natKeys := keys // services' chains are all in nat
-		if tbl != "nat" {
-			natKeys = nil
+		p.writeFixed(&b, tbl)
+		p.writeSharedChains(&b, tbl, func(shared) bool { return true }, keys, services)
+		if tbl == "filter" {
+			endTable(&b, stale)
 		}
-		endTable(b, serviceChains(natKeys, services), stale)
 	}
-	if err := p.restore(ctx, b, &res, "full"); err != nil {
+	// The nat table's end: its services' chains, then the stale chains'
+	// deletion.
+	var tail bytes.Buffer
+	endTable(&tail, stale)
+	p.fullSize = [2]int{b.Len(), chains.Len()}
+	if err := p.restore(ctx, &res, "full", b.Bytes(), chains.Bytes(), tail.Bytes()); err != nil {
 		return res, err
 	}
 	p.services, p.keys, p.needFull = services, keys, false
 	p.lastFull = p.now()
-	p.totals = rendered{}
+	p.totals = record{}
 	for _, r := range services {
 		p.total(r, 1)
 	}
@@ -284,39 +290,24 @@ func (p *proxier) fullSync(ctx context.Context, state *backend.State, changes ba
 	return res, nil
 }
 
-// endTable ends a table's restore input: the rules of chains (declared
-// before), the deletion of the chains named in gone, COMMIT.
-func endTable(b *bytes.Buffer, chains iter.Seq[ownChain], gone []string) {
-	if chains != nil {
-		for c := range chains {
-			b.Write(c.rules)
-		}
-	}
+// endTable ends a table's restore input: the deletion of the chains named
+// in gone, COMMIT.
+func endTable(b *bytes.Buffer, gone []string) {
 	for _, c := range gone {
 		b.WriteString("-X " + c + "\n")
 	}
 	b.WriteString("COMMIT\n")
 }
 
-// serviceChains are the chains of the services of keys, in key order.
-func serviceChains(keys []backend.ServiceKey, services map[backend.ServiceKey]*rendered) iter.Seq[ownChain] {
-	return func(yield func(ownChain) bool) {
-		for _, k := range keys {
-			for _, c := range services[k].chains {
-				if !yield(c) {
-					return
-				}
-			}
-		}
+// restore runs the restore input (in pieces, written one after the other)
+// for a sync of kind (full or partial), recording in res its size and
+// what it wrote; a failure makes the next sync a full one.
+func (p *proxier) restore(ctx context.Context, res *syncResult, kind string, in ...[]byte) error {
+	res.bytes, res.wrote, res.written = 0, true, countWritten(in)
+	for _, piece := range in {
+		res.bytes += len(piece)
 	}
-}
-
-// restore runs the restore input in b for a sync of kind (full or
-// partial), recording in res its size and what it wrote; a failure makes
-// the next sync a full one.
-func (p *proxier) restore(ctx context.Context, b *bytes.Buffer, res *syncResult, kind string) error {
-	res.bytes, res.wrote, res.written = b.Len(), true, countWritten(b.Bytes())
-	if err := p.run.restore(ctx, b.Bytes()); err != nil {
+	if err := p.run.restore(ctx, in...); err != nil {
 		p.needFull = true
 		res.restoreFailures++
 		return fmt.Errorf("%s %s sync: %w", p.name(), kind, err)
@@ -390,7 +381,7 @@ func (p *proxier) writeFixed(b *bytes.Buffer, tbl string) {
 
 // writeSharedChains writes the shared chains of table tbl that want
 // names.
-func (p *proxier) writeSharedChains(b *bytes.Buffer, tbl string, want func(shared) bool, keys []backend.ServiceKey, services map[backend.ServiceKey]*rendered) {
+func (p *proxier) writeSharedChains(b *bytes.Buffer, tbl string, want func(shared) bool, keys []backend.ServiceKey, services map[backend.ServiceKey]*record) {
 	for i := range numShared {
 		if want(i) && sharedChains[i].table == tbl {
 			p.writeShared(b, i, keys, services)
@@ -400,9 +391,9 @@ func (p *proxier) writeSharedChains(b *bytes.Buffer, tbl string, want func(share
 
 // writeShared writes a shared chain's rules: every service's fragment, in
 // key order, then the chain's tail.
-func (p *proxier) writeShared(b *bytes.Buffer, i shared, keys []backend.ServiceKey, services map[backend.ServiceKey]*rendered) {
+func (p *proxier) writeShared(b *bytes.Buffer, i shared, keys []backend.ServiceKey, services map[backend.ServiceKey]*record) {
 	for _, k := range keys {
-		b.Write(services[k].frags[i])
+		b.Write(services[k].frag(i))
 	}
 	switch i {
 	case natServices:
@@ -432,8 +423,11 @@ func (p *proxier) writeShared(b *bytes.Buffer, i shared, keys []backend.ServiceK
 func (p *proxier) partialSync(ctx context.Context, state *backend.State, changes backend.Changes, canary bool) (syncResult, error) {
 	var res syncResult
 	type change struct {
-		key      backend.ServiceKey
-		old, new *rendered
+		key backend.ServiceKey
+		old *record
+		// new is the service's rendering, rec its record (nil: deleted).
+		new *rendered
+		rec *record
 	}
 	var chs []change
 	for _, list := range [][]backend.ServiceKey{changes.Set, changes.Deleted} {
@@ -444,6 +438,7 @@ func (p *proxier) partialSync(ctx context.Context, state *backend.State, changes
 			c := change{key: k, old: p.services[k]}
 			if se := state.Services[k]; se != nil {
 				c.new = p.rend.render(se)
+				c.rec = c.new.record()
 			}
 			chs = append(chs, c)
 		}
@@ -460,25 +455,25 @@ func (p *proxier) partialSync(ctx context.Context, state *backend.State, changes
 	var writeChains []ownChain
 	var deleteChains []string
 	for _, c := range chs {
-		var oldR, newR rendered
+		var oldR, newR record
 		if c.old != nil {
 			oldR = *c.old
 		}
-		if c.new != nil {
-			newR = *c.new
+		if c.rec != nil {
+			newR = *c.rec
 		}
 		for i := range numShared {
-			if !bytes.Equal(oldR.frags[i], newR.frags[i]) {
+			if !bytes.Equal(oldR.frag(i), newR.frag(i)) {
 				dirty[i] = true
 			}
 		}
-		oldChains := map[string][]byte{}
+		oldChains := map[string]uint64{}
 		for _, oc := range oldR.chains {
-			oldChains[oc.name] = oc.rules
+			oldChains[oc.name] = oc.sum
 		}
-		for _, nc := range newR.chains {
-			if prev, ok := oldChains[nc.name]; !ok || !bytes.Equal(prev, nc.rules) {
-				writeChains = append(writeChains, nc)
+		for j, nc := range newR.chains {
+			if prev, ok := oldChains[nc.name]; !ok || prev != nc.sum {
+				writeChains = append(writeChains, c.new.chains[j])
 			}
 			delete(oldChains, nc.name)
 		}
@@ -498,18 +493,18 @@ func (p *proxier) partialSync(ctx context.Context, state *backend.State, changes
 	newKeys := false
 	for _, c := range chs {
 		_, had := services[c.key]
-		if (c.new != nil) != had {
+		if (c.rec != nil) != had {
 			newKeys = true
 		}
 	}
 	if newKeys || anyDirty {
-		services = make(map[backend.ServiceKey]*rendered, len(p.services)+len(chs))
+		services = make(map[backend.ServiceKey]*record, len(p.services)+len(chs))
 		for k, v := range p.services {
 			services[k] = v
 		}
 		for _, c := range chs {
-			if c.new != nil {
-				services[c.key] = c.new
+			if c.rec != nil {
+				services[c.key] = c.rec
 			} else {
 				delete(services, c.key)
 			}
@@ -541,23 +536,32 @@ func (p *proxier) partialSync(ctx context.Context, state *backend.State, changes
 		b.WriteString("-F " + chainCanary + "\n")
 		p.writeSharedChains(b, tbl, func(i shared) bool { return dirty[i] }, keys, services)
 		if tbl == "nat" {
-			endTable(b, slices.Values(writeChains), deleteChains)
+			for _, c := range writeChains {
+				b.Write(c.rules)
+			}
+			endTable(b, deleteChains)
 		} else {
-			endTable(b, nil, nil)
+			endTable(b, nil)
 		}
 	}
-	if err := p.restore(ctx, b, &res, "partial"); err != nil {
+	err := p.restore(ctx, &res, "partial", b.Bytes())
+	if b.Cap() > 1<<20 {
+		// Shared chains rewritten at scale: do not keep megabytes for the
+		// next one-endpoint change.
+		p.buf = bytes.Buffer{}
+	}
+	if err != nil {
 		return res, err
 	}
 	for _, c := range chs {
 		p.total(c.old, -1)
-		p.total(c.new, 1)
+		p.total(c.rec, 1)
 	}
 	if !newKeys && !anyDirty {
 		// Same services, same shared fragments: update in place.
 		for _, c := range chs {
-			if c.new != nil {
-				p.services[c.key] = c.new
+			if c.rec != nil {
+				p.services[c.key] = c.rec
 			} else {
 				delete(p.services, c.key)
 			}
@@ -569,20 +573,26 @@ func (p *proxier) partialSync(ctx context.Context, state *backend.State, changes
 	return res, nil
 }
 
-// countWritten counts the rules ("-A" lines) of restore input per table.
-func countWritten(in []byte) map[string]int {
-	out := map[string]int{}
-	filter, nat, _ := bytes.Cut(in, []byte("*nat\n"))
-	out["filter"] = bytes.Count(filter, []byte("\n-A "))
-	out["nat"] = bytes.Count(nat, []byte("\n-A "))
-	if bytes.HasPrefix(nat, []byte("-A ")) {
-		out["nat"]++
+// countWritten counts the rules ("-A" lines) of restore input per table
+// (filter, nat). The input's pieces end with whole lines.
+func countWritten(in [][]byte) map[string]int {
+	out := map[string]int{"filter": 0, "nat": 0}
+	tbl := ""
+	for _, piece := range in {
+		for l := range bytes.Lines(piece) {
+			switch {
+			case bytes.HasPrefix(l, []byte("*")):
+				tbl = string(bytes.TrimSpace(l[1:]))
+			case bytes.HasPrefix(l, []byte("-A ")) && tbl != "":
+				out[tbl]++
+			}
+		}
 	}
 	return out
 }
 
 // total adds (sign 1) or removes (-1) a service's counts from p.totals.
-func (p *proxier) total(r *rendered, sign int) {
+func (p *proxier) total(r *record, sign int32) {
 	if r == nil {
 		return
 	}
@@ -605,9 +615,9 @@ func (p *proxier) counts() (map[string]int, [2]int) {
 	p.writeFixed(&fixed, "nat")
 	p.writeShared(&fixed, natServices, nil, nil)
 	rules["nat"] = bytes.Count(fixed.Bytes(), []byte{'\n'})
-	rules["nat"] += p.totals.natRules
-	rules["filter"] += p.totals.filterRules
-	return rules, [2]int{p.totals.noLocalInternal, p.totals.noLocalExternal}
+	rules["nat"] += int(p.totals.natRules)
+	rules["filter"] += int(p.totals.filterRules)
+	return rules, [2]int{int(p.totals.noLocalInternal), int(p.totals.noLocalExternal)}
 }
 
 // cleanupInput returns the restore input that removes everything kpng

@@ -3,6 +3,7 @@ package iptables
 import (
 	"bytes"
 	"cmp"
+	"hash/maphash"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -38,9 +39,9 @@ var sharedChains = [numShared]struct{ table, name string }{
 	filterFirewall:  {"filter", chainProxyFirewall},
 }
 
-// rendered is what one Service (in one family) contributes to the tables:
-// the in-memory record of what kpng wrote for it, compared on the next sync
-// to decide what to rewrite.
+// rendered is what one Service (in one family) contributes to the tables,
+// as the restore lines that write it. It lives for one sync: what the
+// backend keeps between syncs is its record.
 type rendered struct {
 	// frags are the service's rules in the shared chains, one restore line
 	// ("-A CHAIN ...") per rule.
@@ -58,6 +59,74 @@ type rendered struct {
 type ownChain struct {
 	name  string
 	rules []byte
+}
+
+// record is what the backend keeps of a service between syncs, to decide
+// what a change rewrites: the exact text of its rules in the shared chains
+// (a shared chain is rewritten whole, every service's fragment in it), but
+// of its own chains only their names and a hash of their rules. Keeping
+// their rules would cost most of the backend's memory (at 10,000 services
+// of 10 endpoints, 110,000 chains and 31 MB of text); a full sync renders
+// each service again to write them.
+type record struct {
+	// frags holds the fragments of the shared chains, one after the
+	// other: fragment i is frags[ends[i-1]:ends[i]].
+	frags []byte
+	ends  [numShared]int32
+	// chains are the service's own chains, in the order of rendered.chains.
+	chains                           []chainSum
+	noLocalInternal, noLocalExternal int32
+	natRules, filterRules            int32
+}
+
+// chainSum names an own chain and sums up its rules.
+type chainSum struct {
+	name string
+	sum  uint64
+}
+
+// sumSeed seeds the hashes of chains' rules; they are compared only within
+// one process.
+var sumSeed = maphash.MakeSeed()
+
+// record returns what the backend keeps of r.
+func (r *rendered) record() *record {
+	n := 0
+	for _, f := range r.frags {
+		n += len(f)
+	}
+	rec := &record{
+		chains:          make([]chainSum, len(r.chains)),
+		noLocalInternal: int32(r.noLocalInternal), noLocalExternal: int32(r.noLocalExternal),
+		natRules: int32(r.natRules), filterRules: int32(r.filterRules),
+	}
+	if n > 0 {
+		rec.frags = make([]byte, 0, n)
+	}
+	for i, f := range r.frags {
+		rec.frags = append(rec.frags, f...)
+		rec.ends[i] = int32(len(rec.frags))
+	}
+	for i, c := range r.chains {
+		rec.chains[i] = chainSum{name: c.name, sum: maphash.Bytes(sumSeed, c.rules)}
+	}
+	return rec
+}
+
+// frag is the service's fragment of shared chain i.
+func (rec *record) frag(i shared) []byte {
+	start := int32(0)
+	if i > 0 {
+		start = rec.ends[i-1]
+	}
+	return rec.frags[start:rec.ends[i]]
+}
+
+// equal says whether two records describe the same rules.
+func (rec *record) equal(o *record) bool {
+	return bytes.Equal(rec.frags, o.frags) && rec.ends == o.ends && slices.Equal(rec.chains, o.chains) &&
+		rec.noLocalInternal == o.noLocalInternal && rec.noLocalExternal == o.noLocalExternal &&
+		rec.natRules == o.natRules && rec.filterRules == o.filterRules
 }
 
 // countRules counts the rendered rules (for kubeproxy_sync_proxy_rules_iptables_total).

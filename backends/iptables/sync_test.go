@@ -500,9 +500,10 @@ func TestDetector(t *testing.T) {
 	}
 }
 
-// TestResyncReusesTheRecord: a periodic resync rewrites every chain, from
-// the record for the services that did not change, and renders again those
-// that did (listed in the same call) and every service after a node change.
+// TestResyncReusesTheRecord: a periodic resync renders and rewrites every
+// chain; the record of a service that did not change stays as it was, that
+// of a service that did (listed in the same call), and of every service
+// after a node change, is new.
 func TestResyncReusesTheRecord(t *testing.T) {
 	f := newFakeTables()
 	p := newProxier(false, testConfig(), f)
@@ -520,10 +521,10 @@ func TestResyncReusesTheRecord(t *testing.T) {
 		t.Fatal("a resync must be a full sync")
 	}
 	if p.services[ka] != recA {
-		t.Error("the unchanged service was rendered again")
+		t.Error("the unchanged service's record was replaced")
 	}
 	if p.services[kb] == recB {
-		t.Error("the changed service was not rendered again")
+		t.Error("the changed service's record was kept")
 	}
 	assertSameAsFull(t, f, st)
 
