@@ -1,6 +1,7 @@
 package file
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -114,6 +115,31 @@ func TestParseJSONStreamAndArray(t *testing.T) {
 	}
 }
 
+// TestParseJSONRefusesDuplicateKeys: JSON is read without the YAML
+// conversion that refuses a key set twice in one object, so its own check
+// must: in a plain object, in a List's item, deep in a spec, and in an
+// array's item. The same key in two different objects is fine.
+func TestParseJSONRefusesDuplicateKeys(t *testing.T) {
+	const good = `{"apiVersion":"v1","kind":"Service","metadata":{"name":"good"},"spec":{"ports":[{"name":"a","port":1},{"name":"b","port":2}]}}`
+	for _, tc := range []struct{ name, doc, key string }{
+		{"object", `{"apiVersion":"v1","kind":"Service","kind":"Service","metadata":{"name":"dup"}}`, "kind"},
+		{"list item", `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Node","metadata":{"name":"n","name":"m"}}]}`, "name"},
+		{"deep", `{"apiVersion":"v1","kind":"Service","metadata":{"name":"dup"},"spec":{"ports":[{"port":1,"port":2}]}}`, "port"},
+		{"array item", `[{"apiVersion":"v1","kind":"Node","metadata":{"name":"n"},"metadata":{"name":"m"}}]`, "metadata"},
+		{"escaped", `{"apiVersion":"v1","kind":"Node","metadata":{"name":"n","n\u0061me":"m"}}`, "name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, problems := parseString(t, tc.doc+"\n"+good)
+			if len(problems) != 1 || !strings.Contains(problems[0], "document 1") || !strings.Contains(problems[0], `"`+tc.key+`" already set`) {
+				t.Fatalf("want one problem naming key %q in document 1, got %q", tc.key, problems)
+			}
+			if len(objs.Nodes) != 0 || len(objs.Services) != 1 || objs.Services[0].Name != "good" {
+				t.Errorf("want only the good Service loaded, got %+v", objs)
+			}
+		})
+	}
+}
+
 func TestParseCountsDocumentsLikeAPerson(t *testing.T) {
 	// Leading "---", comments-only documents and trailing separators are
 	// not documents: the bad one here is the second.
@@ -121,5 +147,38 @@ func TestParseCountsDocumentsLikeAPerson(t *testing.T) {
 	_, problems := parseString(t, y)
 	if len(problems) != 1 || !strings.HasPrefix(problems[0], "document 2") {
 		t.Errorf("problems = %q, want one in document 2", problems)
+	}
+}
+
+// BenchmarkParseJSONList10k: one JSON List of 10,000 Services and their
+// EndpointSlices (10 endpoints each, about 20 MB), as `kubectl get -o json`
+// writes a cluster. Read without converting it to YAML first, which
+// allocated about a gigabyte for it (a process peak of 868 MiB).
+func BenchmarkParseJSONList10k(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"apiVersion":"v1","kind":"List","items":[`)
+	for i := range 10000 {
+		if i > 0 {
+			sb.WriteString(",")
+		}
+		fmt.Fprintf(&sb, `{"apiVersion":"v1","kind":"Service","metadata":{"name":"svc-%d","namespace":"bench"},"spec":{"clusterIP":"10.96.%d.%d","ports":[{"name":"http","protocol":"TCP","port":80,"targetPort":8080}]}},`, i, i/256, i%256)
+		fmt.Fprintf(&sb, `{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice","metadata":{"name":"svc-%d-x","namespace":"bench","labels":{"kubernetes.io/service-name":"svc-%d"}},"addressType":"IPv4","ports":[{"name":"http","protocol":"TCP","port":8080}],"endpoints":[`, i, i)
+		for j := range 10 {
+			if j > 0 {
+				sb.WriteString(",")
+			}
+			fmt.Fprintf(&sb, `{"addresses":["10.%d.%d.%d"],"conditions":{"ready":true},"nodeName":"node-%d"}`, 128+j, i/256, i%256, j)
+		}
+		sb.WriteString("]}")
+	}
+	sb.WriteString("]}")
+	data := sb.String()
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		objs, problems, err := Parse(strings.NewReader(data))
+		if err != nil || len(problems) != 0 || len(objs.Services) != 10000 {
+			b.Fatalf("err %v, problems %v, %d services", err, problems, len(objs.Services))
+		}
 	}
 }
