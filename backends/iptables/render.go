@@ -160,6 +160,13 @@ type renderer struct {
 	localhostAcct bool
 	// probabilities caches "%0.10f" of 1/n, which is slow to format.
 	probabilities []string
+	// What render reuses from one service to the next: the frags' and the
+	// chains' buffers (a service's text is then copied out in one piece),
+	// the chains by name, and the endpoints' chain names.
+	frag      [numShared]bytes.Buffer
+	bufs      []*bytes.Buffer
+	chainBufs map[string]*bytes.Buffer
+	seps      map[*localv1.Endpoint]string
 }
 
 // line accumulates one restore line.
@@ -224,12 +231,26 @@ func endpointString(ip string, port int32) string {
 func (r *renderer) render(se *localv1.ServiceEndpoints) *rendered {
 	out := &rendered{}
 	svc := se.Service
-	var frag [numShared]bytes.Buffer
-	chains := map[string]*bytes.Buffer{}
+	frag := &r.frag
+	for i := range frag {
+		frag[i].Reset()
+	}
+	if r.chainBufs == nil {
+		r.chainBufs, r.seps = map[string]*bytes.Buffer{}, map[*localv1.Endpoint]string{}
+	}
+	chains := r.chainBufs
+	clear(chains)
+	clear(r.seps)
+	used := 0
 	chain := func(name string) *bytes.Buffer {
 		b := chains[name]
 		if b == nil {
-			b = &bytes.Buffer{}
+			if used == len(r.bufs) {
+				r.bufs = append(r.bufs, &bytes.Buffer{})
+			}
+			b = r.bufs[used]
+			used++
+			b.Reset()
 			chains[name] = b
 		}
 		return b
@@ -414,7 +435,12 @@ func (r *renderer) render(se *localv1.ServiceEndpoints) *rendered {
 
 		// Policy chains and endpoint chains.
 		sep := func(e *localv1.Endpoint) string {
-			return prefixSEP + hashName(name, proto, endpointString(e.Ip, e.Port))
+			s, ok := r.seps[e]
+			if !ok {
+				s = prefixSEP + hashName(name, proto, endpointString(e.Ip, e.Port))
+				r.seps[e] = s
+			}
+			return s
 		}
 		balance := func(chainName string, eps []*localv1.Endpoint) {
 			b := chain(chainName)
@@ -475,14 +501,31 @@ func (r *renderer) render(se *localv1.ServiceEndpoints) *rendered {
 			w("-m", "tcp", "-p", "tcp", "--dport", strconv.Itoa(int(svc.HealthCheckNodePort)), "-j", "ACCEPT").end()
 	}
 
+	// The service's text, in one allocation: the frags, then the chains.
+	n := 0
 	for i := range frag {
-		out.frags[i] = frag[i].Bytes()
+		n += frag[i].Len()
+	}
+	for _, b := range chains {
+		n += b.Len()
+	}
+	text := make([]byte, 0, n)
+	piece := func(b *bytes.Buffer) []byte {
+		start := len(text)
+		text = append(text, b.Bytes()...)
+		return text[start:len(text):len(text)]
+	}
+	for i := range frag {
+		out.frags[i] = piece(&frag[i])
 	}
 	out.chains = make([]ownChain, 0, len(chains))
-	for n, b := range chains {
-		out.chains = append(out.chains, ownChain{name: n, rules: b.Bytes()})
+	for n := range chains {
+		out.chains = append(out.chains, ownChain{name: n})
 	}
 	slices.SortFunc(out.chains, func(a, b ownChain) int { return strings.Compare(a.name, b.name) })
+	for i := range out.chains {
+		out.chains[i].rules = piece(chains[out.chains[i].name])
+	}
 	out.natRules, out.filterRules = out.countRules("nat"), out.countRules("filter")
 	return out
 }
