@@ -1,9 +1,9 @@
 package iptables
 
 import (
-	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -18,10 +18,8 @@ import (
 
 // runner applies restore input to one family's tables and reads them back.
 type runner interface {
-	// restore runs iptables-restore --noflush with the input in, whose
-	// pieces are written one after the other (a full sync's input is
-	// tens of megabytes at scale: it is not copied into one).
-	restore(ctx context.Context, in ...[]byte) error
+	// restore runs iptables-restore --noflush with the input in.
+	restore(ctx context.Context, in input) error
 	// save returns iptables-save's output (all tables).
 	save(ctx context.Context) ([]byte, error)
 }
@@ -62,16 +60,33 @@ func (e *restoreError) Error() string {
 	return s
 }
 
-func (r *execRunner) restore(ctx context.Context, in ...[]byte) error {
+func (r *execRunner) restore(ctx context.Context, in input) error {
 	// -W is the lock retry interval in microseconds (legacy only; the nft
 	// variant takes no lock and ignores both).
 	cmd := r.command(ctx, r.restoreCmd, "-w", strconv.Itoa(r.wait), "-W", "100000", "--noflush")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	// Its transaction is ours, not a change behind our back.
-	if err := nfmonitor.RunOwn(cmd, reader(in)); err != nil {
+	// The input is written as the command reads it.
+	pr, pw := io.Pipe()
+	written := make(chan error, 1)
+	go func() {
+		_, err := in.WriteTo(pw)
+		pw.CloseWithError(err)
+		written <- err
+	}()
+	err := nfmonitor.RunOwn(cmd, pr)
+	pr.CloseWithError(errors.New("iptables-restore stopped reading")) // a writer still blocked returns
+	if werr := <-written; err == nil && werr != nil {
+		err = werr
+	}
+	if err != nil {
 		out := out.Bytes()
-		return &restoreError{err: err, output: strings.TrimSpace(string(out)), lines: failedLines(in, out)}
+		// Quote the input's lines around the failure: it is written again,
+		// in memory this time.
+		var data bytes.Buffer
+		in.WriteTo(&data)
+		return &restoreError{err: err, output: strings.TrimSpace(string(out)), lines: failedLines(data.Bytes(), out)}
 	}
 	return nil
 }
@@ -87,18 +102,9 @@ func (r *execRunner) save(ctx context.Context) ([]byte, error) {
 	return out, nil
 }
 
-// reader reads the pieces of in one after the other.
-func reader(in [][]byte) io.Reader {
-	rs := make([]io.Reader, len(in))
-	for i, piece := range in {
-		rs[i] = bytes.NewReader(piece)
-	}
-	return io.MultiReader(rs...)
-}
-
 // failedLines returns the input lines around the one iptables-restore names
 // in "line N failed", for the error message.
-func failedLines(in [][]byte, out []byte) string {
+func failedLines(data, out []byte) string {
 	s := string(out)
 	i := strings.Index(s, "line ")
 	if i < 0 {
@@ -113,13 +119,10 @@ func failedLines(in [][]byte, out []byte) string {
 	if err != nil {
 		return ""
 	}
+	lines := strings.Split(string(data), "\n")
 	var b strings.Builder
-	sc := bufio.NewScanner(reader(in))
-	sc.Buffer(nil, 16<<20)
-	for k := 1; k <= n+1 && sc.Scan(); k++ {
-		if k >= n-3 {
-			fmt.Fprintf(&b, "%6d %s\n", k, sc.Bytes())
-		}
+	for k := max(n-3, 1); k <= min(n+1, len(lines)); k++ {
+		fmt.Fprintf(&b, "%6d %s\n", k, lines[k-1])
 	}
 	return b.String()
 }
@@ -132,13 +135,13 @@ type dryRunner struct {
 	w      io.Writer
 }
 
-func (d dryRunner) restore(_ context.Context, in ...[]byte) error {
+func (d dryRunner) restore(_ context.Context, in input) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, err := fmt.Fprintf(d.w, "# %s iptables-restore --noflush input\n", d.family); err != nil {
 		return err
 	}
-	_, err := io.Copy(d.w, reader(in))
+	_, err := in.WriteTo(d.w)
 	return err
 }
 

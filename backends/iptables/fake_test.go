@@ -54,8 +54,12 @@ func (f *fakeTables) clone() map[string]map[string][]string {
 	return out
 }
 
-func (f *fakeTables) restore(_ context.Context, in ...[]byte) error {
-	data := bytes.Join(in, nil)
+func (f *fakeTables) restore(_ context.Context, in input) error {
+	var b bytes.Buffer
+	if _, err := in.WriteTo(&b); err != nil {
+		return err
+	}
+	data := b.Bytes()
 	f.restores = append(f.restores, string(data))
 	if f.failAll != nil {
 		return f.failAll

@@ -212,7 +212,7 @@ func cleanup(ctx context.Context, r runner) error {
 	if len(in) == 0 {
 		return nil
 	}
-	return r.restore(ctx, in)
+	return r.restore(ctx, text(in))
 }
 
 // Backend implements backend.Backend with one proxier per IP family.

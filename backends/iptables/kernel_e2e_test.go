@@ -234,13 +234,13 @@ func TestKernelLockWaitIsBounded(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	err = r.restore(ctx, []byte("*nat\n:KPNG-X - [0:0]\nCOMMIT\n"))
+	err = r.restore(ctx, text("*nat\n:KPNG-X - [0:0]\nCOMMIT\n"))
 	var re *restoreError
 	if !errors.As(err, &re) || ctx.Err() != nil {
 		t.Fatalf("want a restore error from the lock wait, got %v (ctx %v)", err, ctx.Err())
 	}
 	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-	if err := r.restore(ctx, []byte("*nat\n:KPNG-X - [0:0]\nCOMMIT\n")); err != nil {
+	if err := r.restore(ctx, text("*nat\n:KPNG-X - [0:0]\nCOMMIT\n")); err != nil {
 		t.Fatalf("with the lock free: %v", err)
 	}
 }
@@ -276,7 +276,7 @@ func TestKernelDetectVariant(t *testing.T) {
 			ns := netnstest.New(t, "ipt")
 			for _, w := range tc.writes {
 				r := kernelRunner(t, ns, variants[w.variant], w.ipv6)
-				if err := r.restore(context.Background(), []byte(w.input)); err != nil {
+				if err := r.restore(context.Background(), text(w.input)); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -62,12 +62,11 @@ type proxier struct {
 	lastFull time.Time
 	now      func() time.Time
 
-	// buf holds a partial sync's restore input. A full sync's input is
-	// tens of megabytes at scale: it is not kept, but its size is
-	// (fullSize: the head, the services' chains), to allocate the next
-	// one at once.
+	// buf holds a partial sync's restore input. A full sync's is written
+	// as it is read (fullInput); headSize is the size of the part it
+	// holds, to allocate the next one at once.
 	buf      bytes.Buffer
-	fullSize [2]int
+	headSize int
 }
 
 // syncResult describes one sync of one family.
@@ -198,14 +197,12 @@ func (p *proxier) fullSync(ctx context.Context, state *backend.State) (syncResul
 		}
 	}
 	slices.SortFunc(keys, backend.ServiceKey.Compare)
-	// Every service is rendered, its own chains' rules written at once
-	// into the input's piece that holds them (they come last in the nat
-	// table, after the declarations of every chain), and only its record
-	// kept; the previous record when it says the same, so that a resync
-	// leaves the record as it was.
-	var chains bytes.Buffer
-	chains.Grow(p.fullSize[1] + p.fullSize[1]/16)
+	// Every service is rendered and only its record kept (the previous
+	// record when it says the same, so that a resync leaves the record as
+	// it was); its own chains' rules, which come last, are rendered again
+	// as they are written (fullInput).
 	services := make(map[backend.ServiceKey]*record, len(keys))
+	chainBytes, chainRules := 0, 0
 	for _, k := range keys {
 		r := p.rend.render(state.Services[k])
 		rec := r.record()
@@ -214,19 +211,22 @@ func (p *proxier) fullSync(ctx context.Context, state *backend.State) (syncResul
 		}
 		services[k] = rec
 		for _, c := range r.chains {
-			chains.Write(c.rules)
+			chainBytes += len(c.rules)
+			chainRules += bytes.Count(c.rules, []byte{'\n'})
 		}
 	}
 
 	var b bytes.Buffer
-	b.Grow(p.fullSize[0] + p.fullSize[0]/16)
+	b.Grow(p.headSize + p.headSize/16)
 	var stale []string
 	for _, tbl := range []string{"filter", "nat"} {
 		b.WriteString("*" + tbl + "\n")
 		declared := map[string]bool{}
 		declare := func(c string) {
 			declared[c] = true
-			b.WriteString(":" + c + " - [0:0]\n")
+			b.WriteString(":")
+			b.WriteString(c)
+			b.WriteString(" - [0:0]\n")
 		}
 		for _, c := range p.fixedChains(tbl) {
 			declare(c)
@@ -276,8 +276,12 @@ func (p *proxier) fullSync(ctx context.Context, state *backend.State) (syncResul
 	// deletion.
 	var tail bytes.Buffer
 	endTable(&tail, stale)
-	p.fullSize = [2]int{b.Len(), chains.Len()}
-	if err := p.restore(ctx, &res, "full", b.Bytes(), chains.Bytes(), tail.Bytes()); err != nil {
+	p.headSize = b.Len()
+	in := &fullInput{head: b.Bytes(), tail: tail.Bytes(), rend: &p.rend, keys: keys, state: state.Services, services: services}
+	res.bytes = b.Len() + chainBytes + tail.Len()
+	res.written = countWritten(b.Bytes())
+	res.written["nat"] += chainRules
+	if err := p.restore(ctx, &res, "full", in); err != nil {
 		return res, err
 	}
 	p.services, p.keys, p.needFull = services, keys, false
@@ -299,15 +303,12 @@ func endTable(b *bytes.Buffer, gone []string) {
 	b.WriteString("COMMIT\n")
 }
 
-// restore runs the restore input (in pieces, written one after the other)
-// for a sync of kind (full or partial), recording in res its size and
-// what it wrote; a failure makes the next sync a full one.
-func (p *proxier) restore(ctx context.Context, res *syncResult, kind string, in ...[]byte) error {
-	res.bytes, res.wrote, res.written = 0, true, countWritten(in)
-	for _, piece := range in {
-		res.bytes += len(piece)
-	}
-	if err := p.run.restore(ctx, in...); err != nil {
+// restore runs the restore input for a sync of kind (full or partial),
+// whose size and rules written are in res; a failure makes the next sync
+// a full one.
+func (p *proxier) restore(ctx context.Context, res *syncResult, kind string, in input) error {
+	res.wrote = true
+	if err := p.run.restore(ctx, in); err != nil {
 		p.needFull = true
 		res.restoreFailures++
 		return fmt.Errorf("%s %s sync: %w", p.name(), kind, err)
@@ -544,7 +545,8 @@ func (p *proxier) partialSync(ctx context.Context, state *backend.State, changes
 			endTable(b, nil)
 		}
 	}
-	err := p.restore(ctx, &res, "partial", b.Bytes())
+	res.bytes, res.written = b.Len(), countWritten(b.Bytes())
+	err := p.restore(ctx, &res, "partial", text(b.Bytes()))
 	if b.Cap() > 1<<20 {
 		// Shared chains rewritten at scale: do not keep megabytes for the
 		// next one-endpoint change.
@@ -574,18 +576,16 @@ func (p *proxier) partialSync(ctx context.Context, state *backend.State, changes
 }
 
 // countWritten counts the rules ("-A" lines) of restore input per table
-// (filter, nat). The input's pieces end with whole lines.
-func countWritten(in [][]byte) map[string]int {
+// (filter, nat).
+func countWritten(in []byte) map[string]int {
 	out := map[string]int{"filter": 0, "nat": 0}
 	tbl := ""
-	for _, piece := range in {
-		for l := range bytes.Lines(piece) {
-			switch {
-			case bytes.HasPrefix(l, []byte("*")):
-				tbl = string(bytes.TrimSpace(l[1:]))
-			case bytes.HasPrefix(l, []byte("-A ")) && tbl != "":
-				out[tbl]++
-			}
+	for l := range bytes.Lines(in) {
+		switch {
+		case bytes.HasPrefix(l, []byte("*")):
+			tbl = string(bytes.TrimSpace(l[1:]))
+		case bytes.HasPrefix(l, []byte("-A ")) && tbl != "":
+			out[tbl]++
 		}
 	}
 	return out
