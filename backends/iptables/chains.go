@@ -48,11 +48,31 @@ const (
 // endpoint's chains: stable across restarts and kpng versions, so a restart
 // rewrites chains in place rather than renaming them, and short enough for
 // iptables' 28-character chain names.
-func hashName(parts ...string) string {
-	h := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
+func hashName(parts ...string) string { return string(appendHash(nil, parts...)) }
+
+// chainName is prefix followed by hashName(parts...), made in one
+// allocation (render names a chain per endpoint).
+func chainName(prefix string, parts ...string) string {
+	var buf [32]byte
+	return string(appendHash(append(buf[:0], prefix...), parts...))
+}
+
+// appendHash appends hashName(parts...) to dst.
+func appendHash(dst []byte, parts ...string) []byte {
+	var buf [256]byte
+	in := buf[:0]
+	for i, p := range parts {
+		if i > 0 {
+			in = append(in, 0)
+		}
+		in = append(in, p...)
+	}
+	h := sha256.Sum256(in)
 	// Base32 turns each 5 bytes into 8 characters: the first 10 bytes are
 	// the first 16 characters of the whole hash's encoding.
-	return base32.StdEncoding.EncodeToString(h[:10])
+	var enc [16]byte
+	base32.StdEncoding.Encode(enc[:], h[:10])
+	return append(dst, enc[:]...)
 }
 
 // builtinJump is a rule kpng adds to a builtin chain to reach one of its own.

@@ -166,8 +166,12 @@ type renderer struct {
 	frag      [numShared]bytes.Buffer
 	bufs      []*bytes.Buffer
 	chainBufs map[string]*bytes.Buffer
-	seps      map[*localv1.Endpoint]string
+	seps      map[*localv1.Endpoint]endpointChain
+	eps       [2][]*localv1.Endpoint
 }
+
+// endpointChain is an endpoint's chain and its DNAT destination.
+type endpointChain struct{ name, dest string }
 
 // line accumulates one restore line.
 type line struct{ b *bytes.Buffer }
@@ -236,7 +240,7 @@ func (r *renderer) render(se *localv1.ServiceEndpoints) *rendered {
 		frag[i].Reset()
 	}
 	if r.chainBufs == nil {
-		r.chainBufs, r.seps = map[string]*bytes.Buffer{}, map[*localv1.Endpoint]string{}
+		r.chainBufs, r.seps = map[string]*bytes.Buffer{}, map[*localv1.Endpoint]endpointChain{}
 	}
 	chains := r.chainBufs
 	clear(chains)
@@ -262,13 +266,12 @@ func (r *renderer) render(se *localv1.ServiceEndpoints) *rendered {
 	for _, p := range svc.Ports {
 		name := portName(svc, p)
 		proto := protoName(p.Protocol)
-		hash := hashName(name, proto)
-		svcChain, svlChain := prefixSVC+hash, prefixSVL+hash
-		extChain, fwChain := prefixEXT+hash, prefixFW+hash
+		svcChain, svlChain := chainName(prefixSVC, name, proto), chainName(prefixSVL, name, proto)
+		extChain, fwChain := chainName(prefixEXT, name, proto), chainName(prefixFW, name, proto)
 		port := strconv.Itoa(int(p.Port))
 		l4 := []string{"-m", proto, "-p", proto}
 
-		var clusterEps, localEps []*localv1.Endpoint
+		clusterEps, localEps := r.eps[0][:0], r.eps[1][:0]
 		for _, e := range se.Endpoints {
 			if e.PortName != p.Name || e.Protocol != p.Protocol {
 				continue
@@ -434,14 +437,16 @@ func (r *renderer) render(se *localv1.ServiceEndpoints) *rendered {
 		}
 
 		// Policy chains and endpoint chains.
-		sep := func(e *localv1.Endpoint) string {
-			s, ok := r.seps[e]
+		endpoint := func(e *localv1.Endpoint) endpointChain {
+			c, ok := r.seps[e]
 			if !ok {
-				s = prefixSEP + hashName(name, proto, endpointString(e.Ip, e.Port))
-				r.seps[e] = s
+				c.dest = endpointString(e.Ip, e.Port)
+				c.name = chainName(prefixSEP, name, proto, c.dest)
+				r.seps[e] = c
 			}
-			return s
+			return c
 		}
+		sep := func(e *localv1.Endpoint) string { return endpoint(e).name }
 		balance := func(chainName string, eps []*localv1.Endpoint) {
 			b := chain(chainName)
 			if affinity {
@@ -474,23 +479,23 @@ func (r *renderer) render(se *localv1.ServiceEndpoints) *rendered {
 		if usedLocal {
 			reachable = append(reachable, localEps)
 		}
-		written := map[string]bool{}
 		for _, set := range reachable {
 			for _, e := range set {
-				s := sep(e)
-				if written[s] {
-					continue
+				ec := endpoint(e)
+				s := ec.name
+				if _, written := chains[s]; written {
+					continue // in both sets
 				}
-				written[s] = true
 				b := chain(s)
 				add(b, s).w("-s", e.Ip, "-j", chainMarkMasq).end()
 				l := add(b, s)
 				if affinity {
 					l.w("-m", "recent", "--name", s, "--set")
 				}
-				l.w(l4...).w("-j", "DNAT", "--to-destination", endpointString(e.Ip, e.Port)).end()
+				l.w(l4...).w("-j", "DNAT", "--to-destination", ec.dest).end()
 			}
 		}
+		r.eps = [2][]*localv1.Endpoint{clusterEps[:0], localEps[:0]}
 	}
 
 	// A packet to a port the service does not have meets no rule here and
