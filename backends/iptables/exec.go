@@ -20,8 +20,10 @@ import (
 type runner interface {
 	// restore runs iptables-restore --noflush with the input in.
 	restore(ctx context.Context, in input) error
-	// save returns iptables-save's output (all tables).
-	save(ctx context.Context) ([]byte, error)
+	// save writes iptables-save's output (all tables) to w, as it is
+	// read: at scale it is tens of megabytes, which the caller parses
+	// without keeping.
+	save(ctx context.Context, w io.Writer) error
 }
 
 // execRunner runs the iptables binaries of one family and variant.
@@ -91,15 +93,14 @@ func (r *execRunner) restore(ctx context.Context, in input) error {
 	return nil
 }
 
-func (r *execRunner) save(ctx context.Context) ([]byte, error) {
+func (r *execRunner) save(ctx context.Context, w io.Writer) error {
 	cmd := r.command(ctx, r.saveCmd)
 	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %s", r.saveCmd, err, strings.TrimSpace(stderr.String()))
+	cmd.Stdout, cmd.Stderr = w, &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s: %w: %s", r.saveCmd, err, strings.TrimSpace(stderr.String()))
 	}
-	return out, nil
+	return nil
 }
 
 // failedLines returns the input lines around the one iptables-restore names
@@ -145,7 +146,7 @@ func (d dryRunner) restore(_ context.Context, in input) error {
 	return err
 }
 
-func (d dryRunner) save(context.Context) ([]byte, error) { return nil, nil }
+func (d dryRunner) save(context.Context, io.Writer) error { return nil }
 
 // variant is an iptables flavour: the binaries of both families.
 type variant struct {

@@ -3,6 +3,7 @@ package iptables
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 
@@ -17,7 +18,7 @@ func newShRunner(script string) shRunner {
 	return shRunner{&execRunner{restoreCmd: "iptables-restore", wrap: []string{"sh", "-c", script, "sh"}}}
 }
 
-func (shRunner) save(context.Context) ([]byte, error) { return nil, nil }
+func (shRunner) save(context.Context, io.Writer) error { return nil }
 
 // TestExecRestoreStreamsFullInput: a full sync's input reaches
 // iptables-restore whole, written as it reads; when it fails before

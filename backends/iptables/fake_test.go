@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -171,11 +172,16 @@ func checkRefs(table string, t map[string][]string) error {
 	return nil
 }
 
-// save prints the tables as iptables-save does (chains sorted).
-func (f *fakeTables) save(context.Context) ([]byte, error) {
+func (f *fakeTables) save(_ context.Context, w io.Writer) error {
 	if f.failSave != nil {
-		return nil, f.failSave
+		return f.failSave
 	}
+	_, err := w.Write(f.saved())
+	return err
+}
+
+// saved prints the tables as iptables-save does (chains sorted).
+func (f *fakeTables) saved() []byte {
 	var b strings.Builder
 	for _, t := range slices.Sorted(maps.Keys(f.tables)) {
 		b.WriteString("*" + t + "\n")
@@ -195,14 +201,11 @@ func (f *fakeTables) save(context.Context) ([]byte, error) {
 		}
 		b.WriteString("COMMIT\n")
 	}
-	return []byte(b.String()), nil
+	return []byte(b.String())
 }
 
 // dump returns the saved tables as a string, for comparisons.
-func (f *fakeTables) dump() string {
-	b, _ := f.save(context.Background())
-	return string(b)
-}
+func (f *fakeTables) dump() string { return string(f.saved()) }
 
 // chain returns a chain's rules, one per line.
 func (f *fakeTables) chain(table, name string) string {

@@ -12,10 +12,12 @@
 package iptables
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"sync"
@@ -107,7 +109,7 @@ func (p *Plugin) open(ctx context.Context) (*Backend, error) {
 			run = dryRunner{family: fam, mu: &mu, w: os.Stdout}
 		} else {
 			r := v.runnerFor(ipv6, cfg.LockWait)
-			if _, err := r.save(ctx); err != nil {
+			if err := r.save(ctx, io.Discard); err != nil {
 				// A node without IPv6 (or without ip6tables) still proxies IPv4.
 				log.Error(err, "IP family unavailable, not programming it", "family", fam)
 				continue
@@ -204,11 +206,11 @@ func (p *Plugin) Cleanup(ctx context.Context) error {
 }
 
 func cleanup(ctx context.Context, r runner) error {
-	saved, err := r.save(ctx)
-	if err != nil {
+	var saved bytes.Buffer
+	if err := r.save(ctx, &saved); err != nil {
 		return err
 	}
-	in := cleanupInput(saved)
+	in := cleanupInput(saved.Bytes())
 	if len(in) == 0 {
 		return nil
 	}

@@ -3,6 +3,7 @@
 package iptables
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -44,12 +45,12 @@ var saveNoise = regexp.MustCompile(`(?m)^#.*\n|\[\d+:\d+\]`)
 // the jumps to them, without comments and counters.
 func ourRules(t *testing.T, r *execRunner) string {
 	t.Helper()
-	out, err := r.save(context.Background())
-	if err != nil {
+	var out bytes.Buffer
+	if err := r.save(context.Background(), &out); err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder
-	for _, l := range strings.Split(saveNoise.ReplaceAllString(string(out), ""), "\n") {
+	for _, l := range strings.Split(saveNoise.ReplaceAllString(out.String(), ""), "\n") {
 		if strings.HasPrefix(l, "*") || strings.Contains(l, chainPrefix) {
 			b.WriteString(l + "\n")
 		}
@@ -360,11 +361,11 @@ func benchKernelSync(b *testing.B, v variant, services int) {
 	if flip.i%2 == 0 {
 		want, gone = gone, want
 	}
-	out, err := r.save(ctx)
-	if err != nil {
+	var out bytes.Buffer
+	if err := r.save(ctx, &out); err != nil {
 		b.Fatal(err)
 	}
-	if !strings.Contains(string(out), "--to-destination "+want+"\n") || strings.Contains(string(out), "--to-destination "+gone+"\n") {
+	if !strings.Contains(out.String(), "--to-destination "+want+"\n") || strings.Contains(out.String(), "--to-destination "+gone+"\n") {
 		b.Fatalf("the tables do not hold the last sync's endpoint %s (and not %s)", want, gone)
 	}
 	b.ReportMetric(coldTime.Seconds(), "cold-full-sync-s")

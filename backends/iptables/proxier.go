@@ -182,13 +182,12 @@ func (p *proxier) fullSync(ctx context.Context, state *backend.State) (syncResul
 	res := syncResult{full: true}
 	p.setNode(state)
 	p.ensureCounters(ctx)
-	saved, err := p.run.save(ctx)
-	if err != nil {
+	var saved saveParser
+	if err := p.run.save(ctx, &saved); err != nil {
 		p.needFull = true
 		return res, err
 	}
-	existing := parseSave(saved)
-	saved = nil
+	existing := saved.done()
 
 	keys := make([]backend.ServiceKey, 0, len(state.Services))
 	for k := range state.Services {

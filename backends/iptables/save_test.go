@@ -2,6 +2,7 @@ package iptables
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -27,8 +28,7 @@ func savedTables(t testing.TB) []byte {
 		t.Fatal(err)
 	}
 	f.tables["filter"]["INPUT"] = append(f.tables["filter"]["INPUT"], "-j ACCEPT")
-	out, _ := f.save(context.Background())
-	return out
+	return f.saved()
 }
 
 func TestParseSave(t *testing.T) {
@@ -101,4 +101,26 @@ func FuzzParseSave(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestParseSaveInPieces: iptables-save's output parses the same whatever
+// pieces it arrives in (a command's output is copied in chunks), a last
+// line without its newline and CRLF line ends included.
+func TestParseSaveInPieces(t *testing.T) {
+	data := append(savedTables(t), "*mangle\r\n:KPNG-OLD - [0:0]\r\n-A OUTPUT -j KPNG-OLD\r\nCOMMIT"...)
+	whole := parseSave(data)
+	if !whole["mangle"].chains["KPNG-OLD"] || len(whole["mangle"].builtinJumps()) != 1 {
+		t.Fatalf("the mangle table's CRLF lines were not read: %+v", whole["mangle"])
+	}
+	for _, size := range []int{1, 2, 7, 64, 4096} {
+		var p saveParser
+		for rest := data; len(rest) > 0; {
+			n := min(size, len(rest))
+			p.Write(rest[:n])
+			rest = rest[n:]
+		}
+		if got := p.done(); !reflect.DeepEqual(got, whole) {
+			t.Errorf("in pieces of %d bytes: %+v, want %+v", size, got, whole)
+		}
+	}
 }
