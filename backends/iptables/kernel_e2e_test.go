@@ -302,7 +302,7 @@ func TestKernelDetectVariant(t *testing.T) {
 // change (the loop, alternating between two endpoint sets), a periodic
 // sync that only checks the canary (reported once), with the rules
 // and bytes each such sync writes, the rules kpng owns, and the process's
-// RSS. The legacy variant runs at 10,000 services; the nft variant at 1,000
+// RSS after these syncs and its peak RSS. The legacy variant runs at 10,000 services; the nft variant at 1,000
 // and 2,000 only: iptables-nft-restore's own cost grows faster than the
 // input (about 7x from 1,000 to 2,000 services), so a cold load of 10,000
 // takes hours (see docs/performance.md).
@@ -355,6 +355,9 @@ func benchKernelSync(b *testing.B, v variant, services int) {
 		b.Fatalf("periodic sync: %+v %v", res, err)
 	}
 	periodicTime := time.Since(start)
+	// The process's RSS now, and its peak, before the check below reads
+	// the tables into memory.
+	rss, peakRSS := procstat.RSSKiB(), peakRSSKiB(b)
 	// The loop's syncs reached the kernel: the tables hold the endpoint of
 	// the last state, not the other one.
 	want, gone := "10.250.0.1:8009", endpointString(flip.orig.Endpoints[9].Ip, flip.orig.Endpoints[9].Port)
@@ -365,7 +368,7 @@ func benchKernelSync(b *testing.B, v variant, services int) {
 	if err := r.save(ctx, &out); err != nil {
 		b.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "--to-destination "+want+"\n") || strings.Contains(out.String(), "--to-destination "+gone+"\n") {
+	if !bytes.Contains(out.Bytes(), []byte("--to-destination "+want+"\n")) || bytes.Contains(out.Bytes(), []byte("--to-destination "+gone+"\n")) {
 		b.Fatalf("the tables do not hold the last sync's endpoint %s (and not %s)", want, gone)
 	}
 	b.ReportMetric(coldTime.Seconds(), "cold-full-sync-s")
@@ -376,7 +379,8 @@ func benchKernelSync(b *testing.B, v variant, services int) {
 	b.ReportMetric(float64(last.written["nat"]+last.written["filter"]), "rules-written/sync")
 	b.ReportMetric(float64(last.bytes), "restore-bytes/sync")
 	b.ReportMetric(float64(last.rules["nat"]+last.rules["filter"]), "rules-owned")
-	b.ReportMetric(float64(procstat.RSSKiB())/1024, "rss-MiB")
+	b.ReportMetric(float64(rss)/1024, "rss-MiB")
+	b.ReportMetric(float64(peakRSS)/1024, "peak-rss-MiB")
 	// What the backend keeps between syncs (its record, and the state it
 	// is given), without the garbage of the full syncs that RSS includes.
 	var ms runtime.MemStats
@@ -385,4 +389,22 @@ func benchKernelSync(b *testing.B, v variant, services int) {
 	b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "live-heap-MiB")
 	runtime.KeepAlive(p)
 	runtime.KeepAlive(st)
+}
+
+// peakRSSKiB is the process's peak RSS (VmHWM), in KiB.
+func peakRSSKiB(b *testing.B) int {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			var kib int
+			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kib); err == nil {
+				return kib
+			}
+		}
+	}
+	b.Fatal("no VmHWM in /proc/self/status")
+	return 0
 }
