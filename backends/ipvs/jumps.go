@@ -37,31 +37,41 @@ type savedJumps struct {
 // spaces, in the jump's table.
 func parseJumps(save []byte) savedJumps {
 	s := savedJumps{counts: make([]int, len(jumps))}
+	walkSave(save, func(string, string) { s.chains = true }, func(table, chain, args, line string) {
+		if strings.HasPrefix(chain, chainPrefix) {
+			return
+		}
+		found := false
+		for i, j := range jumps {
+			if j.table == table && j.chain == chain && strings.Join(j.args, " ") == args {
+				s.counts[i]++
+				found = true
+			}
+		}
+		if !found && s.unknown == "" && entersOurs(args) {
+			s.unknown = "*" + table + " " + line
+		}
+	})
+	return s
+}
+
+// walkSave reads iptables-save's output line by line: ownChain is called
+// for each declaration of one of the backend's chains, rule for each rule
+// ("-A CHAIN <args>"), both with the table they are in.
+func walkSave(save []byte, ownChain func(table, name string), rule func(table, chain, args, line string)) {
 	table := ""
 	for _, line := range strings.Split(string(save), "\n") {
 		switch {
 		case strings.HasPrefix(line, "*"):
 			table = strings.TrimSpace(line[1:])
 		case strings.HasPrefix(line, ":"+chainPrefix):
-			s.chains = true
+			name, _, _ := strings.Cut(line[1:], " ")
+			ownChain(table, name)
 		case strings.HasPrefix(line, "-A "):
 			chain, args, _ := strings.Cut(line[len("-A "):], " ")
-			if strings.HasPrefix(chain, chainPrefix) {
-				continue
-			}
-			found := false
-			for i, j := range jumps {
-				if j.table == table && j.chain == chain && strings.Join(j.args, " ") == args {
-					s.counts[i]++
-					found = true
-				}
-			}
-			if !found && s.unknown == "" && entersOurs(args) {
-				s.unknown = "*" + table + " " + line
-			}
+			rule(table, chain, args, line)
 		}
 	}
-	return s
 }
 
 // entersOurs reports whether a rule's args jump or go to one of the

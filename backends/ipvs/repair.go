@@ -38,21 +38,13 @@ type ruleRecord struct {
 // Two saves with equal ownRules hold the same rules of the backend's.
 func ownRules(save []byte) string {
 	var b strings.Builder
-	table := ""
-	for _, line := range strings.Split(string(save), "\n") {
-		switch {
-		case strings.HasPrefix(line, "*"):
-			table = strings.TrimSpace(line[1:])
-		case strings.HasPrefix(line, ":"+chainPrefix):
-			name, _, _ := strings.Cut(line[1:], " ")
-			fmt.Fprintf(&b, "*%s :%s\n", table, name)
-		case strings.HasPrefix(line, "-A "):
-			chain, args, _ := strings.Cut(line[len("-A "):], " ")
-			if strings.HasPrefix(chain, chainPrefix) || entersOurs(args) {
-				fmt.Fprintf(&b, "*%s %s\n", table, line)
-			}
+	walkSave(save, func(table, name string) {
+		fmt.Fprintf(&b, "*%s :%s\n", table, name)
+	}, func(table, chain, args, line string) {
+		if strings.HasPrefix(chain, chainPrefix) || entersOurs(args) {
+			fmt.Fprintf(&b, "*%s %s\n", table, line)
 		}
-	}
+	})
 	return b.String()
 }
 
