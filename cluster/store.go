@@ -201,14 +201,20 @@ func (tx *Tx) DeleteServiceCIDR(name string) {
 
 // Update applies a batch of writes atomically. The revision moves (by one)
 // only if the batch changed the content. Readers never see half a batch.
-func (s *Store) Update(fn func(tx *Tx)) {
+// It returns the revision that holds the batch: a view computed at that
+// revision or a later one has it.
+func (s *Store) Update(fn func(tx *Tx)) (rev uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	tx := &Tx{s: s}
 	// Even if fn panics: its writes so far are in the maps, so they get a
 	// revision and a log entry like any other, and the lock is released.
-	defer tx.commit()
+	defer func() {
+		tx.commit()
+		rev = s.rev
+	}()
 	fn(tx)
+	return
 }
 
 // commit gives the batch's changes, if any, a revision and logs them.

@@ -45,8 +45,13 @@ func (f *Feed) Next(ctx context.Context) (*backend.State, backend.Changes, error
 		}
 		f.rev = rev
 		var d brain.Diff
-		f.store.View(func(r cluster.Reader) { d = f.view.Update(r) })
+		var seen uint64 // the revision the view was computed at (rev or later)
+		f.store.View(func(r cluster.Reader) { d, seen = f.view.Update(r), r.Revision() })
 		if d.Empty() && f.delivered {
+			// Said too, so that a writer of the cluster state can tell its
+			// change is in the dataplane when it left this node's view as
+			// it was (see source/file's "Loaded" line).
+			klog.FromContext(ctx).V(2).Info("Node view unchanged", "clusterRevision", seen, "viewRevision", f.view.Revision())
 			continue
 		}
 		f.delivered = true // even an empty cluster is a view to deliver
@@ -68,7 +73,7 @@ func (f *Feed) Next(ctx context.Context) (*backend.State, backend.Changes, error
 		if log := klog.FromContext(ctx).V(1); log.Enabled() {
 			// The KEP's claim, measurable: API events in vs node revisions out.
 			st, vs := f.store.Stats(), f.view.Stats()
-			log.Info("Node view changed", "events", st.Events, "clusterRevision", st.Revision,
+			log.Info("Node view changed", "events", st.Events, "clusterRevision", seen,
 				"viewRevision", vs.Revision, "recomputed", vs.Recomputed, "set", len(ch.Set), "deleted", len(ch.Deleted))
 		}
 		return f.state, ch, nil

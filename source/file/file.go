@@ -98,19 +98,21 @@ func (s *Source) Load(logger klog.Logger, store *cluster.Store) error {
 	for _, p := range problems {
 		logger.Info("Skipped part of the input", "problem", p.String())
 	}
-	// Logged before the store has it, so that the sync which applies it is
-	// logged after this line, never before.
+	rev := s.Apply(store, objs)
+	// The cluster revision that holds this content: the backend driver's
+	// "Dataplane synced" line names the node view revision it applied, and
+	// the feed's "Node view changed" and "Node view unchanged" lines map
+	// cluster revisions to view revisions, so whoever wrote the file can
+	// tell which sync applied it, whatever the order of the lines.
 	logger.V(2).Info("Loaded", "services", len(objs.Services), "endpointSlices", len(objs.EndpointSlices),
-		"nodes", len(objs.Nodes), "problems", len(problems), "digest", Digest(b))
-	s.Apply(store, objs)
+		"nodes", len(objs.Nodes), "problems", len(problems), "digest", Digest(b), "clusterRevision", rev)
 	return nil
 }
 
 // Digest names a version of the file's content in the "Loaded" log line:
 // the first 12 hex digits of its SHA-256. Whoever wrote the file can tell
-// when kpng has read that version (and the sync logged after it is the one
-// that applied it), where a time or a count of loads would race the
-// watcher.
+// when kpng has read that version, and at which cluster revision, where a
+// time or a count of loads would race the watcher.
 func Digest(content []byte) string {
 	sum := sha256.Sum256(content)
 	return hex.EncodeToString(sum[:6])
@@ -118,10 +120,10 @@ func Digest(content []byte) string {
 
 // Apply makes the store hold exactly objs (as far as this source is
 // concerned), in one batch: what the previous Apply stored and objs lacks
-// is deleted.
-func (s *Source) Apply(store *cluster.Store, objs *Objects) {
+// is deleted. It returns the store's revision that holds objs.
+func (s *Source) Apply(store *cluster.Store, objs *Objects) uint64 {
 	services, slices, nodes, cidrs := map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
-	store.Update(func(tx *cluster.Tx) {
+	rev := store.Update(func(tx *cluster.Tx) {
 		for _, o := range objs.Services {
 			tx.SetService(o)
 			services[cluster.Key(o.Namespace, o.Name)] = true
@@ -162,6 +164,7 @@ func (s *Source) Apply(store *cluster.Store, objs *Objects) {
 		}
 	})
 	s.services, s.slices, s.nodes, s.cidrs = services, slices, nodes, cidrs
+	return rev
 }
 
 func splitKey(k string) (ns, name string) {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -132,21 +134,70 @@ type kpngBackend struct {
 func (b kpngBackend) Name() string       { return b.name }
 func (b kpngBackend) SyncedLine() string { return "Dataplane synced" }
 
-// LoadedLine implements StateLoader.
-func (b kpngBackend) LoadedLine(digest string) string { return LoadedLine(digest) }
-
-// StateLoader is a Backend whose proxy logs which content of the state
-// file it loaded: the first SyncedLine after LoadedLine(State.Digest())
-// is the sync that applied that content, where the first SyncedLine after
-// a write may be of an earlier one (a periodic sync, a line still in the
-// pipe).
-type StateLoader interface {
-	LoadedLine(digest string) string
+// Applied implements StateLoader.
+func (b kpngBackend) Applied(run string, since int, digest string) bool {
+	return KpngApplied(run, since, digest)
 }
 
-// LoadedLine is what kpng's file source logs when it loaded the content
-// file.Digest names.
-func LoadedLine(digest string) string { return fmt.Sprintf("digest=%q", digest) }
+// StateLoader is a Backend whose proxy logs enough to tell when the
+// content of the state file it loaded is in its dataplane: the first sync
+// logged after a write may be an earlier content's (a periodic sync, a
+// line still in the pipe), and a write that leaves a node's view as it was
+// brings no sync at all.
+type StateLoader interface {
+	// Applied reports whether run, the output of the proxy's current run,
+	// shows the content named digest (State.Digest) in the dataplane;
+	// since is where the output printed after the write begins.
+	Applied(run string, since int, digest string) bool
+}
+
+var (
+	// kpng's lines (source/file, local, backend): "Loaded" names the
+	// cluster revision that holds the content; "Node view changed" and
+	// "Node view unchanged" the node view revision computed at a cluster
+	// revision; "Dataplane synced" the view revision it applied.
+	kpngLoaded = regexp.MustCompile(`"Loaded" .*digest="([0-9a-f]+)" clusterRevision=(\d+)`)
+	kpngView   = regexp.MustCompile(`"Node view (?:un)?changed" .*clusterRevision=(\d+) viewRevision=(\d+)`)
+	kpngSynced = regexp.MustCompile(`"Dataplane synced(?: again)?" revision=(\d+)`)
+)
+
+// KpngApplied is StateLoader.Applied for kpng fed by its file source: the
+// last load of digest after since gives a cluster revision; the first view
+// computed at that revision or later gives a view revision; and a sync of
+// that view revision or a later one, anywhere in the run (an unchanged
+// view may have been synced before the write), puts it in the dataplane.
+func KpngApplied(run string, since int, digest string) bool {
+	cluster, ok := uint64(0), false
+	for _, m := range kpngLoaded.FindAllStringSubmatch(run[since:], -1) {
+		if m[1] == digest {
+			cluster, ok = atou(m[2]), true
+		}
+	}
+	if !ok {
+		return false
+	}
+	view, ok := uint64(0), false
+	for _, m := range kpngView.FindAllStringSubmatch(run, -1) {
+		if atou(m[1]) >= cluster {
+			view, ok = atou(m[2]), true
+			break
+		}
+	}
+	if !ok {
+		return false
+	}
+	for _, m := range kpngSynced.FindAllStringSubmatch(run, -1) {
+		if atou(m[1]) >= view {
+			return true
+		}
+	}
+	return false
+}
+
+func atou(s string) uint64 {
+	n, _ := strconv.ParseUint(s, 10, 64)
+	return n
+}
 
 func (b kpngBackend) argv(t testing.TB, node *Node, stateFile string, cfg ProxyConfig) []string {
 	argv := []string{KpngBinary(t), "--v=2", "file", "--input", stateFile, "to-local", "--node-name", node.Name, "to-" + b.name}

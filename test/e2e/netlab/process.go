@@ -248,20 +248,32 @@ func (p *Process) WaitOutputSince(t testing.TB, mark int, substr string, within 
 // (or before the run exited). Unlike WaitOutputSince, a miss is the
 // caller's to judge: a log line the test may use but need not get.
 func (p *Process) AwaitOutput(mark int, match func(out string) bool, within time.Duration) bool {
+	return p.AwaitRunOutput(mark, func(run string, since int) bool { return match(run[since:]) }, within)
+}
+
+// AwaitRunOutput is AwaitOutput for a match that reads the current run's
+// whole output: it gets that output and the offset in it where the output
+// printed after mark begins.
+func (p *Process) AwaitRunOutput(mark int, match func(run string, since int) bool, within time.Duration) bool {
 	p.mu.Lock()
-	from, done := max(p.from, mark), p.done
+	from, done := p.from, p.done
 	p.mu.Unlock()
+	mark = max(from, mark)
+	try := func(out string) bool {
+		run := out[min(from, len(out)):]
+		return match(run, min(mark-from, len(run)))
+	}
 	timeout := time.After(within)
 	for {
 		out, changed := p.out.snapshot()
-		if match(out[min(from, len(out)):]) {
+		if try(out) {
 			return true
 		}
 		select {
 		case <-changed:
 		case <-done:
 			out, _ := p.out.snapshot()
-			return match(out[min(from, len(out)):])
+			return try(out)
 		case <-timeout:
 			return false
 		}

@@ -261,7 +261,7 @@ func (s *State) Marshal() ([]byte, error) {
 }
 
 // Digest names the content the last Write wrote, as kpng's file source
-// logs it when it has loaded it (see LoadedLine).
+// logs it when it has loaded it (see StateLoader).
 func (s *State) Digest() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -125,16 +125,14 @@ func (c *cluster) apply(t *testing.T) {
 		}
 		return
 	}
-	// The sync logged after the proxy loaded what was just written: the
-	// first sync logged after the write may be an earlier one's.
-	loaded, synced := sl.LoadedLine(c.state.Digest()), c.backend.SyncedLine()
+	// Not the first sync logged after the write: it may be an earlier
+	// content's, and a write that leaves a node's view as it was brings
+	// none.
+	digest := c.state.Digest()
 	for n, p := range c.procs {
-		applied := func(out string) bool {
-			_, after, ok := strings.Cut(out, loaded)
-			return ok && strings.Contains(after, synced)
-		}
-		if !p.AwaitOutput(marks[n], applied, syncTimeout) {
-			t.Fatalf("node %s: no %q after %q in the proxy's output within %v; output:\n%s", n.Name, synced, loaded, syncTimeout, p.Output())
+		applied := func(run string, since int) bool { return sl.Applied(run, since, digest) }
+		if !p.AwaitRunOutput(marks[n], applied, syncTimeout) {
+			t.Fatalf("node %s: the state %s is not in the dataplane within %v; output:\n%s", n.Name, digest, syncTimeout, p.Output())
 		}
 	}
 }
