@@ -107,6 +107,9 @@ func benchmarkKernel(b *testing.B, services int, netlink bool) {
 		b.ReportMetric(float64(periodic.Microseconds()), "periodic-check-µs")
 		b.ReportMetric(float64(ops), "nft-ops/sync")
 		b.ReportMetric(float64(procstat.RSSKiB())/1024, "rss-MiB")
+		// The process's peak: the cold sync's (the state built before it
+		// is part of it, as the API source's is in kpng).
+		b.ReportMetric(float64(procstat.PeakRSSKiB())/1024, "peak-rss-MiB")
 		// What the backend keeps (its mirror, the state's messages), once
 		// the garbage of the cold sync is collected and returned.
 		debug.FreeOSMemory()

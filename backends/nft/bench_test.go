@@ -3,6 +3,7 @@ package nft
 import (
 	"context"
 	"fmt"
+	"io"
 	"runtime"
 	"testing"
 
@@ -77,6 +78,86 @@ func mirrorHeap(b testing.TB, st *backend.State) float64 {
 	runtime.ReadMemStats(&after)
 	runtime.KeepAlive(be)
 	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / (1 << 20)
+}
+
+// written runs transactions as nftCommand does up to the nft process: it
+// renders nft's input and copies it to io.Discard, as nftCommand copies it
+// to nft's standard input. With measure set, it records the largest live
+// heap seen when the input starts being written and once it is all written
+// (the peak of a cold sync, when the whole transaction exists).
+type written struct {
+	knftables.Interface
+	bytes   int64
+	measure bool
+	atPeak  uint64
+}
+
+func (w *written) Run(_ context.Context, tx *knftables.Transaction) error {
+	in, err := nftCommand{w.Interface}.input(tx)
+	if err != nil {
+		return err
+	}
+	probe := &heapProbe{measure: w.measure}
+	// As the copy to nft's standard input (an *os.File) goes: through
+	// the reader's WriteTo when it has one, else in 32 KiB reads.
+	w.bytes, err = io.Copy(probe, in)
+	if w.measure {
+		probe.sample()
+		w.atPeak = max(w.atPeak, probe.peak)
+	}
+	runtime.KeepAlive(in) // nft reads it meanwhile
+	return err
+}
+
+// heapProbe discards what is written to it, noting the live heap at the
+// first write.
+type heapProbe struct {
+	measure bool
+	writes  int
+	peak    uint64
+}
+
+func (h *heapProbe) Write(p []byte) (int, error) {
+	if h.writes++; h.writes == 1 && h.measure {
+		h.sample()
+	}
+	return len(p), nil
+}
+
+func (h *heapProbe) sample() { h.peak = max(h.peak, liveHeap()) }
+
+// liveHeap is the heap in use after a collection.
+func liveHeap() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// BenchmarkFullSyncWritten is BenchmarkFullSync including what the nft
+// command path does with the transaction up to the nft process: render
+// its text and write it out (see written). peak-live-MiB is the live heap
+// beyond the state while the text is written, where a cold sync peaks;
+// input-MiB is the text nft reads.
+func BenchmarkFullSyncWritten(b *testing.B) {
+	st := benchState(10000, 10)
+	newBackend := func(w *written) *Backend {
+		empty := func(context.Context) (*snapshot, error) { return newSnapshot(), nil }
+		return NewBackend(testConfig(), newTable(ipv4, w, empty))
+	}
+	fake := knftables.NewFake(knftables.IPv4Family, "kpng")
+	before := liveHeap()
+	w := &written{Interface: fake, measure: true}
+	coldSync(b, newBackend(w), st)
+	peak := float64(int64(w.atPeak)-int64(before)) / (1 << 20)
+
+	b.ReportAllocs()
+	w = &written{Interface: fake}
+	for b.Loop() {
+		coldSync(b, newBackend(w), st)
+	}
+	b.ReportMetric(float64(w.bytes)/(1<<20), "input-MiB")
+	b.ReportMetric(peak, "peak-live-MiB")
 }
 
 // BenchmarkOneEndpointChange: at 10,000 services of 10 endpoints, one

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"strings"
 
@@ -26,15 +27,15 @@ type nftCommand struct {
 
 // Run implements knftables.Interface.
 func (n nftCommand) Run(ctx context.Context, tx *knftables.Transaction) error {
-	text := tx.String()
-	if _, msg, bad := strings.Cut(text, "# ERROR: "); bad {
-		return errors.New(strings.TrimSpace(msg))
+	in, err := n.input(tx)
+	if err != nil {
+		return err
 	}
 	cmd := exec.CommandContext(ctx, "nft", "-f", "-")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	// Its transaction is ours, not a change behind our back.
-	if err := nfmonitor.RunOwn(cmd, strings.NewReader(mergeElements(text))); err != nil {
+	if err := nfmonitor.RunOwn(cmd, in); err != nil {
 		msg := strings.TrimSpace(stderr.String())
 		if len(msg) > maxErrorBytes {
 			// nft repeats each failing command with its error: a refused
@@ -45,6 +46,15 @@ func (n nftCommand) Run(ctx context.Context, tx *knftables.Transaction) error {
 		return fmt.Errorf("nft -f: %w: %s", err, msg)
 	}
 	return nil
+}
+
+// input is what Run writes to nft -f for tx.
+func (n nftCommand) input(tx *knftables.Transaction) (io.Reader, error) {
+	text := tx.String()
+	if _, msg, bad := strings.Cut(text, "# ERROR: "); bad {
+		return nil, errors.New(strings.TrimSpace(msg))
+	}
+	return strings.NewReader(mergeElements(text)), nil
 }
 
 // maxErrorBytes bounds what an error keeps of nft's messages.

@@ -10,7 +10,14 @@ import (
 )
 
 // RSSKiB is the process's resident set size (VmRSS), 0 when unknown.
-func RSSKiB() int {
+func RSSKiB() int { return statusKiB("VmRSS:") }
+
+// PeakRSSKiB is the process's peak resident set size (VmHWM), 0 when
+// unknown.
+func PeakRSSKiB() int { return statusKiB("VmHWM:") }
+
+// statusKiB is the value in kB of /proc/self/status's field, 0 when unknown.
+func statusKiB(field string) int {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
 		return 0
@@ -18,7 +25,7 @@ func RSSKiB() int {
 	defer f.Close()
 	s := bufio.NewScanner(f)
 	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(s.Text(), field); ok {
 			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
 			return n
 		}

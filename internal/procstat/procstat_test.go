@@ -8,4 +8,8 @@ func TestRSSKiB(t *testing.T) {
 	if n := RSSKiB(); n < 1<<10 || n > 1<<30 {
 		t.Errorf("RSSKiB() = %d", n)
 	}
+	// The peak read after the RSS: it can only have grown meanwhile.
+	if rss, n := RSSKiB(), PeakRSSKiB(); n < rss || n > 1<<30 {
+		t.Errorf("PeakRSSKiB() = %d, RSSKiB() = %d", n, rss)
+	}
 }
