@@ -13,11 +13,13 @@ import (
 	"github.com/kpng/kpng/backend"
 )
 
-// discard accepts every transaction without applying it: the benchmarks
-// measure what this backend does (computing the transaction), not nft.
+// discard accepts every transaction without applying it, or even making
+// it a knftables.Transaction: the benchmarks measure what this backend does
+// (computing the transaction), not nft; BenchmarkFullSyncWritten adds
+// writing it.
 type discard struct{ *knftables.Fake }
 
-func (discard) Run(context.Context, *knftables.Transaction) error { return nil }
+func (discard) runOps(context.Context, []op) error { return nil }
 
 // benchState is n services of eps endpoints each (IPv4).
 func benchState(n, eps int) *backend.State {
@@ -92,14 +94,12 @@ type written struct {
 	atPeak  uint64
 }
 
-func (w *written) Run(_ context.Context, tx *knftables.Transaction) error {
-	in, err := nftCommand{w.Interface}.input(tx)
-	if err != nil {
-		return err
-	}
+func (w *written) runOps(_ context.Context, ops []op) error {
+	in := nftCommand{w.Interface}.input(ops)
 	probe := &heapProbe{measure: w.measure}
 	// As the copy to nft's standard input (an *os.File) goes: through
 	// the reader's WriteTo when it has one, else in 32 KiB reads.
+	var err error
 	w.bytes, err = io.Copy(probe, in)
 	if w.measure {
 		probe.sample()

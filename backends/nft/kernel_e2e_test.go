@@ -4,6 +4,7 @@ package nft
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -198,6 +199,35 @@ func TestNftCommandReportsErrors(t *testing.T) {
 		}
 		if out := nftIn(t, ns, "list", "tables"); strings.Contains(out, "kpng") {
 			t.Errorf("a refused transaction left: %s", out)
+		}
+	})
+}
+
+// TestNftCommandWritesNothingOfAFailedRendering: when rendering nft's input
+// fails after some of it was written (an operation knftables refuses, past
+// the first chunks), nft commits nothing: the transaction is atomic even
+// though it is written as it is rendered.
+func TestNftCommandWritesNothingOfAFailedRendering(t *testing.T) {
+	inNetns(t, func(ns *netnstest.Netns) {
+		real, err := knftables.New(knftables.IPv4Family, "kpng")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := nftCommand{real}
+		ctx := context.Background()
+		if err := n.runOps(ctx, []op{{verb: opAdd, obj: &knftables.Table{}}, {verb: opAdd, obj: &knftables.Chain{Name: "before"}}}); err != nil {
+			t.Fatal(err)
+		}
+		ops := []op{{verb: opAdd, obj: &knftables.Table{}}}
+		for i := range 4 * renderChunk {
+			ops = append(ops, op{verb: opAdd, obj: &knftables.Chain{Name: fmt.Sprintf("c%d", i)}})
+		}
+		ops = append(ops, op{verb: opAdd, obj: &knftables.Element{Set: "s"}}) // no key
+		if err := n.runOps(ctx, ops); err == nil || !strings.Contains(err.Error(), "no key") {
+			t.Fatalf("runOps: %v; want knftables' complaint of the element without a key", err)
+		}
+		if out := nftIn(t, ns, "list", "table", "ip", "kpng"); strings.Contains(out, "chain c0") || !strings.Contains(out, "chain before") {
+			t.Errorf("a transaction whose rendering failed changed the table:\n%s", out)
 		}
 	})
 }

@@ -119,14 +119,14 @@ func (w *nlTable) encode(ops []op, sets func(string) *set) ([]netlink.Message, e
 		// A run of element operations on one set is one message, as one
 		// nft command is: the kernel looks a set up by name by going
 		// through every set of the table (20,000 at 10,000 services).
-		if e, ok := ops[i].obj.(*knftables.Element); ok {
+		if e := ops[i].elem; e != nil {
 			j := i + 1
-			for j < len(ops) && j-i < maxElemsPerMsg && ops[j].verb == ops[i].verb && sameSet(ops[j].obj, e) {
+			for j < len(ops) && j-i < maxElemsPerMsg && ops[j].verb == ops[i].verb && sameSet(ops[j].elem, e) {
 				j++
 			}
 			es := make([]*knftables.Element, 0, j-i)
 			for _, o := range ops[i:j] {
-				es = append(es, o.obj.(*knftables.Element))
+				es = append(es, elemObject(*o.elem))
 			}
 			if err := b.elements(ops[i].verb, es); err != nil {
 				return nil, err
@@ -158,14 +158,14 @@ func (b *batch) setOrMap(v verb, name string, add func() error) error {
 // netlink attribute, of at most 64 KiB.
 const maxElemsPerMsg = 256
 
-// sameSet reports whether obj is an element of e's set or map.
-func sameSet(obj knftables.Object, e *knftables.Element) bool {
-	o, ok := obj.(*knftables.Element)
-	return ok && o.Set == e.Set && o.Map == e.Map
+// sameSet reports whether o (nil: not an element) is an element of e's
+// set or map.
+func sameSet(o, e *elem) bool {
+	return o != nil && o.set == e.set && o.isMap == e.isMap
 }
 
 func (b *batch) op(o op) error {
-	switch obj := o.obj.(type) {
+	switch obj := o.object().(type) {
 	case *knftables.Chain:
 		if obj.Type != nil || obj.Hook != nil || obj.Priority != nil || obj.Comment != nil || obj.Policy != nil || obj.Device != nil || obj.Handle != nil {
 			return cannot("base chain or chain with attributes %s", obj.Name)

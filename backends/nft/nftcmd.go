@@ -15,27 +15,59 @@ import (
 )
 
 // nftCommand runs transactions with the nft command, as knftables does,
-// but for one thing: consecutive element commands on one set are merged
-// into one ("add element ip kpng m { a, b, c }"). nft sends a netlink
+// but for two things. Consecutive element commands on one set are merged
+// into one ("add element ip kpng m { a, b, c }"): nft sends a netlink
 // message per command, and the kernel finds a set by name by going through
 // every set of the table; at 10,000 services the 100,000 elements of the
 // endpoint maps, a command each, made a cold sync take 60 s, and 23 s
-// merged (measured in a namespace with `nft -f` of both texts).
+// merged (measured in a namespace with `nft -f` of both texts). And a
+// plan's operations are rendered as nft reads them (see opsReader), not
+// into one text first: a cold sync's is 8 MB, and building it whole was
+// some 80 MB of garbage and 15 MB more at the sync's peak.
 type nftCommand struct {
 	knftables.Interface // NewTransaction
 }
 
-// Run implements knftables.Interface.
+// Run implements knftables.Interface, for a transaction made elsewhere.
 func (n nftCommand) Run(ctx context.Context, tx *knftables.Transaction) error {
-	in, err := n.input(tx)
-	if err != nil {
-		return err
+	text := tx.String()
+	if _, msg, bad := strings.Cut(text, "# ERROR: "); bad {
+		return errors.New(strings.TrimSpace(msg))
 	}
+	return n.exec(ctx, strings.NewReader(mergeElements(text)), nil)
+}
+
+// runOps runs a plan's operations as one nft -f (see opsRunner).
+func (n nftCommand) runOps(ctx context.Context, ops []op) error {
+	in := n.input(ops)
+	return n.exec(ctx, in, in)
+}
+
+// input is what runOps writes to nft -f for ops.
+func (n nftCommand) input(ops []op) *opsReader {
+	return &opsReader{nft: n.Interface, ops: ops}
+}
+
+// exec runs nft -f with its input from in. When in's rendering fails
+// (in.err), nft is killed before it reads the end of its input: nft
+// commits whatever commands it read, so it must not see the input end.
+func (n nftCommand) exec(ctx context.Context, in io.Reader, r *opsReader) error {
 	cmd := exec.CommandContext(ctx, "nft", "-f", "-")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
+	if r != nil {
+		r.abort = func() {
+			if cmd.Process != nil {
+				_ = cmd.Process.Kill()
+			}
+		}
+	}
 	// Its transaction is ours, not a change behind our back.
-	if err := nfmonitor.RunOwn(cmd, in); err != nil {
+	err := nfmonitor.RunOwn(cmd, in)
+	if r != nil && r.err != nil {
+		return r.err
+	}
+	if err != nil {
 		msg := strings.TrimSpace(stderr.String())
 		if len(msg) > maxErrorBytes {
 			// nft repeats each failing command with its error: a refused
@@ -48,17 +80,60 @@ func (n nftCommand) Run(ctx context.Context, tx *knftables.Transaction) error {
 	return nil
 }
 
-// input is what Run writes to nft -f for tx.
-func (n nftCommand) input(tx *knftables.Transaction) (io.Reader, error) {
-	text := tx.String()
-	if _, msg, bad := strings.Cut(text, "# ERROR: "); bad {
-		return nil, errors.New(strings.TrimSpace(msg))
-	}
-	return strings.NewReader(mergeElements(text)), nil
-}
-
 // maxErrorBytes bounds what an error keeps of nft's messages.
 const maxErrorBytes = 4096
+
+// renderChunk is how many operations opsReader renders at a time.
+var renderChunk = 512
+
+// opsReader is nft's input for ops: the text of knftables' transaction of
+// them, element commands merged (see merger), rendered renderChunk
+// operations at a time as it is read. knftables renders a transaction only
+// whole, so each chunk is a transaction of its own, written the same way.
+type opsReader struct {
+	nft  knftables.Interface
+	ops  []op // not yet rendered
+	m    merger
+	buf  bytes.Buffer // rendered, not yet read
+	done bool         // the last chunk is rendered
+	// err is why rendering failed; abort, when set, is called first (see
+	// nftCommand.exec).
+	err   error
+	abort func()
+}
+
+func (r *opsReader) Read(p []byte) (int, error) {
+	for r.buf.Len() == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		if r.done {
+			return 0, io.EOF
+		}
+		r.render()
+	}
+	return r.buf.Read(p)
+}
+
+// render renders the next chunk of operations into buf.
+func (r *opsReader) render() {
+	r.buf.Reset() // read whole: keep its array
+	n := min(len(r.ops), renderChunk)
+	text := transaction(r.nft, r.ops[:n]).String()
+	r.ops = r.ops[n:]
+	if _, msg, bad := strings.Cut(text, "# ERROR: "); bad {
+		r.err = errors.New(strings.TrimSpace(msg))
+		if r.abort != nil {
+			r.abort()
+		}
+		return
+	}
+	r.m.write(&r.buf, text)
+	if len(r.ops) == 0 {
+		r.m.close(&r.buf)
+		r.done = true
+	}
+}
 
 // maxElemsPerCommand bounds a merged command (nft splits it into netlink
 // messages as they fill).
@@ -68,35 +143,54 @@ const maxElemsPerCommand = 1000
 // (likewise "delete element") into "add element F T S { E1, E2, ... }".
 // Other lines, and the order of everything, stay as they are.
 func mergeElements(text string) string {
-	var out strings.Builder
+	var out bytes.Buffer
 	out.Grow(len(text))
-	prefix, n := "", 0 // the open merged command, and its elements
-	closeRun := func() {
-		if prefix != "" {
-			out.WriteString(" }\n")
-			prefix, n = "", 0
-		}
-	}
-	for _, line := range strings.SplitAfter(text, "\n") {
-		l := strings.TrimSuffix(line, "\n")
-		head, body, ok := strings.Cut(l, " { ")
+	var m merger
+	m.write(&out, text)
+	m.close(&out)
+	return out.String()
+}
+
+// merger is mergeElements for a text written in pieces of whole lines:
+// a run may go on from one piece to the next.
+type merger struct {
+	prefix string // the open merged command ("" none)
+	n      int    // its elements
+}
+
+// write writes text, whole lines, to out, merging element commands.
+func (m *merger) write(out *bytes.Buffer, text string) {
+	for len(text) > 0 {
+		line, rest, nl := strings.Cut(text, "\n")
+		text = rest
+		head, body, ok := strings.Cut(line, " { ")
 		isElem := ok && strings.HasSuffix(body, " }") && (strings.HasPrefix(head, "add element ") || strings.HasPrefix(head, "delete element "))
 		if !isElem {
-			closeRun()
+			m.close(out)
 			out.WriteString(line)
+			if nl {
+				out.WriteByte('\n')
+			}
 			continue
 		}
 		body = strings.TrimSuffix(body, " }")
-		if head == prefix && n < maxElemsPerCommand {
+		if head == m.prefix && m.n < maxElemsPerCommand {
 			out.WriteString(", ")
 		} else {
-			closeRun()
-			prefix = head
-			out.WriteString(head + " { ")
+			m.close(out)
+			m.prefix = strings.Clone(head) // text is garbage once written
+			out.WriteString(head)
+			out.WriteString(" { ")
 		}
 		out.WriteString(body)
-		n++
+		m.n++
 	}
-	closeRun()
-	return out.String()
+}
+
+// close ends the open merged command, if any.
+func (m *merger) close(out *bytes.Buffer) {
+	if m.prefix != "" {
+		out.WriteString(" }\n")
+		m.prefix, m.n = "", 0
+	}
 }

@@ -1,8 +1,15 @@
 package nft
 
 import (
+	"context"
+	"fmt"
+	"io"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/kpng/kpng/backend"
 )
 
 func TestMergeElements(t *testing.T) {
@@ -29,5 +36,70 @@ add element ip kpng m { 0-65535 : 10.0.0.3 . 80 }
 	long := strings.Repeat("add element ip kpng s { 10.0.0.1 }\n", maxElemsPerCommand+1)
 	if got := strings.Count(mergeElements(long), "add element"); got != 2 {
 		t.Errorf("%d elements made %d commands, want 2", maxElemsPerCommand+1, got)
+	}
+}
+
+// recorder keeps the operations of the transactions it is given to run.
+type recorder struct {
+	knftables.Interface
+	ops [][]op
+}
+
+func (r *recorder) runOps(_ context.Context, ops []op) error {
+	r.ops = append(r.ops, ops)
+	return nil
+}
+
+// TestOpsReaderWritesTheTransactionText: nft's input, rendered a chunk at a
+// time, is exactly the merged text of the whole transaction, whatever the
+// chunk size (element runs go on across chunks).
+func TestOpsReaderWritesTheTransactionText(t *testing.T) {
+	st := benchState(300, 10)
+	rec := &recorder{Interface: knftables.NewFake(knftables.IPv4Family, "kpng")}
+	empty := func(context.Context) (*snapshot, error) { return newSnapshot(), nil }
+	be := NewBackend(testConfig(), newTable(ipv4, rec, empty))
+	coldSync(t, be, st)
+	se := benchService(7, 3, 1) // fewer endpoints, one of them new
+	k := backend.KeyOf(se)
+	st.Services[k] = se
+	if err := be.Sync(context.Background(), st, backend.Changes{Set: []backend.ServiceKey{k}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.ops) != 2 {
+		t.Fatalf("%d transactions, want 2", len(rec.ops))
+	}
+	defer func(n int) { renderChunk = n }(renderChunk)
+	for i, ops := range rec.ops {
+		want := mergeElements(transaction(rec, ops).String())
+		for _, renderChunk = range []int{1, 7, 512, len(ops)} {
+			got, err := io.ReadAll(nftCommand{rec}.input(ops))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != want {
+				t.Errorf("transaction %d (%d operations), chunks of %d: the input differs from the transaction's text (%d and %d bytes)", i, len(ops), renderChunk, len(got), len(want))
+			}
+		}
+	}
+}
+
+// TestOpsReaderStopsAtAnInvalidOperation: an operation knftables refuses
+// fails the read, and abort is called before: nft must not see the end of
+// an input that stops there (see nftCommand.exec).
+func TestOpsReaderStopsAtAnInvalidOperation(t *testing.T) {
+	ops := []op{{verb: opAdd, obj: &knftables.Table{}}}
+	for i := range 2 * renderChunk {
+		ops = append(ops, op{verb: opAdd, elem: &elem{elemID: elemID{"s", fmt.Sprintf("10.0.%d.%d", i/256, i%256)}}})
+	}
+	ops = append(ops, op{verb: opAdd, obj: &knftables.Element{Set: "s"}}) // no key
+	aborted := false
+	r := nftCommand{knftables.NewFake(knftables.IPv4Family, "kpng")}.input(ops)
+	r.abort = func() { aborted = true }
+	_, err := io.ReadAll(r)
+	if err == nil || !strings.Contains(err.Error(), "no key") {
+		t.Errorf("read error %v, want knftables' complaint of the element without a key", err)
+	}
+	if !aborted {
+		t.Error("abort was not called")
 	}
 }

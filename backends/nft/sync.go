@@ -158,7 +158,7 @@ func (b *Backend) syncTable(ctx context.Context, t *table, state *backend.State,
 	}
 
 	p := t.build(parts, full, snap)
-	st.Operations = p.tx.NumOperations()
+	st.Operations = len(p.ops)
 	st.ChainsWritten, st.ChainsEmptied = p.stats.chainsWritten, p.stats.chainsEmptied
 	st.ElemsAdded, st.ElemsDeleted = p.stats.elemsAdded, p.stats.elemsDeleted
 	// A full sync of a table that matches needs only "add table": skip it.
@@ -171,7 +171,9 @@ func (b *Backend) syncTable(ctx context.Context, t *table, state *backend.State,
 		}
 		if err != nil {
 			metrics.NFTablesSyncFailuresTotal.WithLabelValues(metrics.FamilyLabel(t.fam.model)).Inc()
-			b.log.V(4).Info("Failed transaction", "family", t.fam.String(), "transaction", p.tx.String())
+			if v := b.log.V(4); v.Enabled() { // a cold sync's text is 8 MB
+				v.Info("Failed transaction", "family", t.fam.String(), "transaction", transaction(t.nft, p.ops).String())
+			}
 			return st, fmt.Errorf("nftables transaction (%d operations): %w", st.Operations, err)
 		}
 	} else {

@@ -73,7 +73,11 @@ type txStats struct {
 
 // plan is a transaction and the mirror it leads to once it succeeded.
 type plan struct {
-	tx    *knftables.Transaction
+	// ops are the transaction's operations. They become a
+	// knftables.Transaction, netlink messages or nft's input only when
+	// written (see table.run): at 10,000 services a cold sync has 150,000,
+	// and holding them in all these forms at once was most of its peak.
+	ops   []op
 	stats txStats
 	full  bool
 	parts map[string]*part // new parts (nil: owner gone); full: all parts
@@ -83,17 +87,42 @@ type plan struct {
 	elems  map[elemID]*string
 	claims map[elemID][]claim
 	stale  map[string]bool // chains emptied now
-
-	// ops are tx's operations, for the netlink path (see netlink.go).
-	ops []op
 }
 
 // op is one operation of a transaction.
 type op struct {
 	verb verb
-	obj  knftables.Object
+	obj  knftables.Object // nil for an element: see elem
+	// elem is an element's, made a knftables.Element only when written
+	// (elements are most of a cold sync's operations); it points into a
+	// part, which is never changed once built.
+	elem *elem
 	// rule is the typed form of a rule added (nil: none, or not a rule).
 	rule ruleSpec
+}
+
+// object is o's object as knftables has it.
+func (o op) object() knftables.Object {
+	if o.elem != nil {
+		return elemObject(*o.elem)
+	}
+	return o.obj
+}
+
+// transaction is ops as a knftables transaction of nft's.
+func transaction(nft knftables.Interface, ops []op) *knftables.Transaction {
+	tx := nft.NewTransaction()
+	for _, o := range ops {
+		switch o.verb {
+		case opAdd:
+			tx.Add(o.object())
+		case opFlush:
+			tx.Flush(o.object())
+		case opDelete:
+			tx.Delete(o.object())
+		}
+	}
+	return tx
 }
 
 type verb int
@@ -104,19 +133,16 @@ const (
 	opDelete
 )
 
-func (p *plan) add(o knftables.Object) { p.tx.Add(o); p.ops = append(p.ops, op{verb: opAdd, obj: o}) }
-func (p *plan) flush(o knftables.Object) {
-	p.tx.Flush(o)
-	p.ops = append(p.ops, op{verb: opFlush, obj: o})
-}
-func (p *plan) delete(o knftables.Object) {
-	p.tx.Delete(o)
-	p.ops = append(p.ops, op{verb: opDelete, obj: o})
-}
+func (p *plan) add(o knftables.Object)    { p.ops = append(p.ops, op{verb: opAdd, obj: o}) }
+func (p *plan) flush(o knftables.Object)  { p.ops = append(p.ops, op{verb: opFlush, obj: o}) }
+func (p *plan) delete(o knftables.Object) { p.ops = append(p.ops, op{verb: opDelete, obj: o}) }
+
+// addElem and deleteElem add and delete an element.
+func (p *plan) addElem(e *elem)    { p.ops = append(p.ops, op{verb: opAdd, elem: e}) }
+func (p *plan) deleteElem(e *elem) { p.ops = append(p.ops, op{verb: opDelete, elem: e}) }
 
 // addRule adds a rule, with its typed form for the netlink path.
 func (p *plan) addRule(r *knftables.Rule, spec ruleSpec) {
-	p.tx.Add(r)
 	p.ops = append(p.ops, op{verb: opAdd, obj: r, rule: spec})
 }
 
@@ -135,7 +161,7 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 			}
 		}
 	}
-	p := &plan{tx: t.nft.NewTransaction(), full: full, parts: parts,
+	p := &plan{full: full, parts: parts,
 		ops:    make([]op, 0, nChains+nSets+nElems+nRules+1),
 		chains: make(map[string]string, nChains), sets: make(map[string]*set, nSets), elems: make(map[elemID]*string, nElems),
 		claims: make(map[elemID][]claim, nElems), stale: map[string]bool{}}
@@ -289,11 +315,11 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 		}
 		switch {
 		case want == nil && ok:
-			p.delete(elemObject(elem{elemID: id, isMap: haveSets[id.set] != nil && haveSets[id.set].isMap}))
+			p.deleteElem(&elem{elemID: id, isMap: haveSets[id.set] != nil && haveSets[id.set].isMap})
 			p.stats.elemsDeleted++
 			p.elems[id] = nil
 		case want != nil && ok && have != want.value:
-			p.delete(elemObject(*want.elem))
+			p.deleteElem(want.elem)
 			p.stats.elemsDeleted++
 			fallthrough
 		case want != nil && !ok:
@@ -356,7 +382,7 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 
 	// 7. New elements (they may point at the chains just written).
 	for _, e := range adds {
-		p.add(elemObject(*e))
+		p.addElem(e)
 		p.stats.elemsAdded++
 	}
 	return p
@@ -420,7 +446,7 @@ func (t *table) deleteStale(ctx context.Context, now time.Time) (int, error) {
 		return 0, nil
 	}
 	slices.Sort(due)
-	p := &plan{tx: t.nft.NewTransaction()}
+	p := &plan{}
 	for _, name := range due {
 		p.delete(&knftables.Chain{Name: name})
 	}
@@ -440,7 +466,7 @@ func (t *table) deleteStale(ctx context.Context, now time.Time) (int, error) {
 // through netlink ("" when it did, or when it was a full one).
 func (t *table) run(ctx context.Context, p *plan) (fallback string, err error) {
 	if t.nl == nil || p.full {
-		return "", t.nft.Run(ctx, p.tx)
+		return "", t.runNft(ctx, p.ops)
 	}
 	msgs, err := t.nl.encode(p.ops, func(name string) *set {
 		if s, ok := p.sets[name]; ok && s != nil {
@@ -451,11 +477,25 @@ func (t *table) run(ctx context.Context, p *plan) (fallback string, err error) {
 	var u *untranslatable
 	switch {
 	case errors.As(err, &u):
-		return u.what, t.nft.Run(ctx, p.tx)
+		return u.what, t.runNft(ctx, p.ops)
 	case err != nil:
 		return "", err
 	}
 	return "", t.nl.send(ctx, msgs)
+}
+
+// opsRunner runs operations without making them a knftables.Transaction
+// first (nftCommand: it renders them as nft reads them).
+type opsRunner interface {
+	runOps(ctx context.Context, ops []op) error
+}
+
+// runNft runs ops as one transaction of t.nft's.
+func (t *table) runNft(ctx context.Context, ops []op) error {
+	if r, ok := t.nft.(opsRunner); ok {
+		return r.runOps(ctx, ops)
+	}
+	return t.nft.Run(ctx, transaction(t.nft, ops))
 }
 
 func newChain(c *chain) *knftables.Chain {
