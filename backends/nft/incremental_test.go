@@ -353,7 +353,7 @@ func TestFailedTransactionKeepsMirror(t *testing.T) {
 	f.b.tables[0] = newTable(ipv4, fl, fakeReader(f.fake4))
 	f.set(richServices()[:2]...)
 	before := dump(f.fake4)
-	mirror := fmt.Sprint(len(f.b.tables[0].chains), len(f.b.tables[0].elems), len(f.b.tables[0].parts))
+	mirror := fmt.Sprint(len(f.b.tables[0].chains), len(f.b.tables[0].claims), len(f.b.tables[0].parts))
 
 	fl.fail = true
 	se := richServices()[3]
@@ -364,7 +364,7 @@ func TestFailedTransactionKeepsMirror(t *testing.T) {
 	if got := dump(f.fake4); got != before {
 		t.Fatal("the failed transaction changed the table")
 	}
-	if got := fmt.Sprint(len(f.b.tables[0].chains), len(f.b.tables[0].elems), len(f.b.tables[0].parts)); got != mirror {
+	if got := fmt.Sprint(len(f.b.tables[0].chains), len(f.b.tables[0].claims), len(f.b.tables[0].parts)); got != mirror {
 		t.Errorf("the mirror changed after a failure: %s, was %s", got, mirror)
 	}
 	f.sync(backend.Changes{Reset: true})
