@@ -49,6 +49,13 @@ func benchmarkKernel(b *testing.B, services int, netlink bool) {
 			defer tb.nl.close()
 		}
 		be := NewBackend(testConfig(), tb)
+		// As Plugin.Open has it, timed.
+		var release time.Duration
+		be.releaseMemory = func() {
+			start := time.Now()
+			debug.FreeOSMemory()
+			release = time.Since(start)
+		}
 		st := benchState(services, 10)
 		ctx := context.Background()
 
@@ -59,6 +66,10 @@ func benchmarkKernel(b *testing.B, services int, netlink bool) {
 		}
 		cold := time.Since(start)
 		coldOps := be.Last[0].Operations
+		// The cold sync's peak (the state built before it is part of it,
+		// as the API source's is in kpng), and what is left once it
+		// returned its garbage.
+		coldPeak, coldRSS, coldRelease := procstat.PeakRSSKiB(), procstat.RSSKiB(), release
 
 		// A full resync: the table read back and compared.
 		be.cfg.FullSyncPeriod = 0
@@ -106,9 +117,11 @@ func benchmarkKernel(b *testing.B, services int, netlink bool) {
 		b.ReportMetric(float64(resync.Milliseconds()), "resync-ms")
 		b.ReportMetric(float64(periodic.Microseconds()), "periodic-check-µs")
 		b.ReportMetric(float64(ops), "nft-ops/sync")
+		b.ReportMetric(float64(coldPeak)/1024, "cold-peak-rss-MiB")
+		b.ReportMetric(float64(coldRSS)/1024, "rss-after-cold-MiB")
+		b.ReportMetric(float64(coldRelease.Microseconds())/1000, "release-ms")
 		b.ReportMetric(float64(procstat.RSSKiB())/1024, "rss-MiB")
-		// The process's peak: the cold sync's (the state built before it
-		// is part of it, as the API source's is in kpng).
+		// The process's peak: the cold sync's or the full resync's.
 		b.ReportMetric(float64(procstat.PeakRSSKiB())/1024, "peak-rss-MiB")
 		// What the backend keeps (its mirror, the state's messages), once
 		// the garbage of the cold sync is collected and returned.

@@ -393,3 +393,28 @@ func TestNodeChange(t *testing.T) {
 		t.Error("the old node IP still accepts node ports")
 	}
 }
+
+// TestMemoryReleasedAfterFullSyncs: the heap a full sync freed is returned
+// once it is done (Plugin.Open sets releaseMemory), and not after the
+// incremental syncs, which free little.
+func TestMemoryReleasedAfterFullSyncs(t *testing.T) {
+	f := newFixture(t, testConfig())
+	released := 0
+	f.b.releaseMemory = func() { released++ }
+	for _, tc := range []struct {
+		name string
+		sync func()
+		want int
+	}{
+		{"cold sync", func() { f.set(richServices()[0]) }, 1},
+		{"one service changed", func() { f.set(richServices()[1]) }, 0},
+		{"periodic sync, the table intact", func() { f.sync(backend.Changes{Resync: true}) }, 0},
+		{"full resync", func() { f.b.cfg.FullSyncPeriod = 0; f.sync(backend.Changes{Resync: true}) }, 1},
+	} {
+		released = 0
+		tc.sync()
+		if released != tc.want {
+			t.Errorf("%s: memory released %d times, want %d", tc.name, released, tc.want)
+		}
+	}
+}

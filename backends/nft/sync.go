@@ -36,6 +36,9 @@ type Backend struct {
 	// is set during a Sync that repairs what it reported.
 	watch     kernelWatch
 	repairing bool
+	// releaseMemory, when set, is called after a sync that wrote or read
+	// back a whole table (see Plugin.Open).
+	releaseMemory func()
 }
 
 // SyncStats describes the transaction one sync ran on one table.
@@ -98,6 +101,9 @@ func (b *Backend) Sync(ctx context.Context, state *backend.State, changes backen
 		}
 	}
 	b.watch.startAfterFirstSync()
+	if b.full && b.releaseMemory != nil {
+		b.releaseMemory()
+	}
 	return nil
 }
 
