@@ -418,3 +418,35 @@ func TestMemoryReleasedAfterFullSyncs(t *testing.T) {
 		}
 	}
 }
+
+// TestFailedFullSyncIsFollowedByAFullOne: a full sync lets the mirror go
+// before it reads the table back (see table.forget); when it fails, the
+// next sync, whatever its changes, is a full one again and converges.
+func TestFailedFullSyncIsFollowedByAFullOne(t *testing.T) {
+	f := newFixture(t, testConfig())
+	fl := &failing{Fake: f.fake4}
+	f.b.tables[0] = newTable(ipv4, fl, fakeReader(f.fake4))
+	f.set(richServices()[:2]...)
+
+	f.b.cfg.FullSyncPeriod = 0
+	fl.fail = true
+	se := richServices()[3]
+	f.state.Services[backend.KeyOf(se)] = se
+	if err := f.b.Sync(context.Background(), f.state, backend.Changes{Resync: true, Set: []backend.ServiceKey{backend.KeyOf(se)}}); err == nil {
+		t.Fatal("Sync succeeded with a failing transaction")
+	}
+	f.b.cfg.FullSyncPeriod = time.Hour
+	f.set(richServices()[2])
+	if !f.b.Last[0].Full {
+		t.Errorf("the sync after a failed full one was not full: %+v", f.b.Last[0])
+	}
+	for _, chain := range []string{"service-OALSTAW3-ns/sticky/tcp/", "service-Y6QD5CCT-ns/web/tcp/http"} {
+		if f.fake4.Table.Chains[chain] == nil {
+			t.Errorf("chain %s missing after the retried sync", chain)
+		}
+	}
+	f.sync(backend.Changes{})
+	if n := ops(f.b); n != 0 {
+		t.Errorf("a sync after convergence wrote %d operations", n)
+	}
+}

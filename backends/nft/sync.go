@@ -129,6 +129,7 @@ func (b *Backend) syncTable(ctx context.Context, t *table, state *backend.State,
 	parts := map[string]*part{}
 	var snap *snapshot
 	if full {
+		t.forget()
 		var err error
 		if snap, err = t.read(ctx); err != nil {
 			return st, err

@@ -420,6 +420,18 @@ func (t *table) commit(p *plan, e *env, now time.Time) {
 	}
 }
 
+// forget drops the mirror, at the start of a full sync: that compares
+// with what the kernel holds, not with the mirror, which would otherwise
+// stay live beside the table read back and the new parts (40 MiB of 10,000
+// services, in each full resync). Until a sync commits, the table counts
+// as not synced: the next sync is a full one.
+func (t *table) forget() {
+	t.synced = false
+	t.parts = map[string]*part{}
+	t.chains, t.sets, t.claims = map[string]string{}, map[string]*set{}, map[elemID][]claim{}
+	t.stale = map[string]time.Time{}
+}
+
 // have says whether the kernel holds element id, as far as the mirror
 // knows, and its value.
 func (t *table) have(id elemID) (string, bool) {
