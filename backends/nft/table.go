@@ -287,7 +287,6 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 	}
 
 	// 3. Elements that go or change.
-	var adds []*elem
 	// The elements to look at: those some part claims or claimed (every
 	// one that changed owner is in p.claims), and when full, those the
 	// kernel holds too.
@@ -301,6 +300,10 @@ func (t *table) build(parts map[string]*part, full bool, snap *snapshot) *plan {
 				ids = append(ids, id)
 			}
 		}
+	}
+	var adds []*elem
+	if full {
+		adds = make([]*elem, 0, len(ids)) // at most; 150,000 in a cold sync
 	}
 	for _, id := range sortIDs(ids) {
 		var want *claim
