@@ -33,6 +33,11 @@ log "installing test dependencies"
 hack/install-test-deps.sh
 
 tags=integration,e2e
+# Every test runs every time (-count=1): go's test cache keys a result on
+# the Go inputs, not on the kernel, the binaries in .cache/bin or the API
+# server the tests start, so a cached "ok" of a real-packet test is not a
+# run. (A loop of this script would otherwise rerun only what changed.)
+count=-count=1
 
 log "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go'))
@@ -77,7 +82,7 @@ if [[ -z ${KPNG_E2E_BACKENDS:-} ]] && ! { modprobe -q ip_vs 2>/dev/null; [[ -e /
 fi
 
 log "go test (unit, integration, e2e; race detector on)"
-go test -race -tags "${tags}" -timeout 60m "$@" ./...
+go test ${count} -race -tags "${tags}" -timeout 60m "$@" ./...
 
 # The shared real-packet suite for to-ipvs, which the run above left out
 # (no IPVS in this kernel): in hack/vm.sh's VM, booting Debian 12's kernel
@@ -102,26 +107,26 @@ if [[ -n ${services_ipvs_in_vm:-} ]] && (($# == 0)); then
 fi
 
 log "go test hack/bench (the benchmark's parsers and quantiles; the benchmark itself is hack/bench.sh)"
-go -C hack/bench test -race "$@" ./...
+go -C hack/bench test ${count} -race "$@" ./...
 
 log "go test hack/kubeproxyref (kube-proxy's flags and kubeadm's ConfigMap in testdata are those of the pinned Kubernetes)"
-go -C hack/kubeproxyref test -race "$@" ./...
+go -C hack/kubeproxyref test ${count} -race "$@" ./...
 
 log "go test hack/difftest (kpng's brain agrees with kube-proxy 1.36's pkg/proxy on 300 random clusters, 8 updates each)"
-go -C hack/difftest test -race "$@" ./...
+go -C hack/difftest test ${count} -race "$@" ./...
 
 log "mutation check (difftest catches each decision bug planted in the brain, on the same budget)"
-go -C hack/difftest test -tags kpngmutation -run TestMutations ./...
+go -C hack/difftest test ${count} -tags kpngmutation -run TestMutations ./...
 
 log "go test hack/manifests (every kustomization under deploy/ builds, and the API server accepts it in a server-side dry-run)"
-go -C hack/manifests test -race "$@" ./...
+go -C hack/manifests test ${count} -race "$@" ./...
 
 log "go test hack/image (hack/image.sh twice: same digest; the tools run in the image; containerd imports it)"
-go -C hack/image test "$@" ./...
+go -C hack/image test ${count} "$@" ./...
 
 log "go test hack/node/conformance and mkimage (docs/conformance.md's table from recorded e2e runs; the node images' layers)"
 go -C hack/node vet ./conformance/ ./mkimage/ ./pause/
-go -C hack/node test -race "$@" ./conformance/ ./mkimage/
+go -C hack/node test ${count} -race "$@" ./conformance/ ./mkimage/
 
 # The real-node smoke test: two kubelet nodes (containerd, CNI bridge) in
 # network namespaces of their own, kpng's image from hack/image.sh deployed
