@@ -357,7 +357,7 @@ func benchKernelSync(b *testing.B, v variant, services int) {
 	periodicTime := time.Since(start)
 	// The process's RSS now, and its peak, before the check below reads
 	// the tables into memory.
-	rss, peakRSS := procstat.RSSKiB(), peakRSSKiB(b)
+	rss, peakRSS := procstat.RSSKiB(), procstat.PeakRSSKiB()
 	// The loop's syncs reached the kernel: the tables hold the endpoint of
 	// the last state, not the other one.
 	want, gone := "10.250.0.1:8009", endpointString(flip.orig.Endpoints[9].Ip, flip.orig.Endpoints[9].Port)
@@ -389,22 +389,4 @@ func benchKernelSync(b *testing.B, v variant, services int) {
 	b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "live-heap-MiB")
 	runtime.KeepAlive(p)
 	runtime.KeepAlive(st)
-}
-
-// peakRSSKiB is the process's peak RSS (VmHWM), in KiB.
-func peakRSSKiB(b *testing.B) int {
-	status, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, l := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			var kib int
-			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kib); err == nil {
-				return kib
-			}
-		}
-	}
-	b.Fatal("no VmHWM in /proc/self/status")
-	return 0
 }
