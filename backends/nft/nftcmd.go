@@ -34,13 +34,12 @@ func (n nftCommand) Run(ctx context.Context, tx *knftables.Transaction) error {
 	if _, msg, bad := strings.Cut(text, "# ERROR: "); bad {
 		return errors.New(strings.TrimSpace(msg))
 	}
-	return n.exec(ctx, strings.NewReader(mergeElements(text)), nil)
+	return n.exec(ctx, strings.NewReader(mergeElements(text)))
 }
 
 // runOps runs a plan's operations as one nft -f (see opsRunner).
 func (n nftCommand) runOps(ctx context.Context, ops []op) error {
-	in := n.input(ops)
-	return n.exec(ctx, in, in)
+	return n.exec(ctx, n.input(ops))
 }
 
 // input is what runOps writes to nft -f for ops.
@@ -48,10 +47,12 @@ func (n nftCommand) input(ops []op) *opsReader {
 	return &opsReader{nft: n.Interface, ops: ops}
 }
 
-// exec runs nft -f with its input from in. When in's rendering fails
-// (in.err), nft is killed before it reads the end of its input: nft
-// commits whatever commands it read, so it must not see the input end.
-func (n nftCommand) exec(ctx context.Context, in io.Reader, r *opsReader) error {
+// exec runs nft -f with its input from in. When in is an opsReader whose
+// rendering fails (its err), nft is killed before it reads the end of its
+// input: nft commits whatever commands it read, so it must not see the
+// input end.
+func (n nftCommand) exec(ctx context.Context, in io.Reader) error {
+	r, _ := in.(*opsReader)
 	cmd := exec.CommandContext(ctx, "nft", "-f", "-")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
