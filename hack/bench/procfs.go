@@ -17,6 +17,9 @@ type ProcUsage struct {
 	// that it has waited for (kube-proxy's iptables-restore, kpng's nft or
 	// iptables-restore runs), in seconds.
 	CPUSeconds float64
+	// SysSeconds is the system (kernel) part of CPUSeconds: the
+	// process's and those children's stime.
+	SysSeconds float64
 	// RSSBytes and PeakRSSBytes are VmRSS and VmHWM.
 	RSSBytes, PeakRSSBytes int64
 }
@@ -28,7 +31,7 @@ func readProcUsage(pid int) (ProcUsage, error) {
 	if err != nil {
 		return u, err
 	}
-	if u.CPUSeconds, err = parseStatCPU(string(stat)); err != nil {
+	if u.CPUSeconds, u.SysSeconds, err = parseStatCPU(string(stat)); err != nil {
 		return u, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 	}
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -42,28 +45,32 @@ func readProcUsage(pid int) (ProcUsage, error) {
 }
 
 // parseStatCPU returns utime+stime+cutime+cstime (fields 14 to 17 of
-// proc(5)) in seconds. The command name (field 2) is in parentheses and may
-// hold spaces and parentheses, so fields are counted from its last ')'.
-func parseStatCPU(stat string) (float64, error) {
+// proc(5)) and stime+cstime, in seconds. The command name (field 2) is in
+// parentheses and may hold spaces and parentheses, so fields are counted
+// from its last ')'.
+func parseStatCPU(stat string) (total, sys float64, err error) {
 	end := strings.LastIndexByte(stat, ')')
 	if end < 0 {
-		return 0, fmt.Errorf("no command name")
+		return 0, 0, fmt.Errorf("no command name")
 	}
 	// After ')': field 3 (state) onwards.
 	f := strings.Fields(stat[end+1:])
 	const first, last = 14 - 3, 17 - 3
 	if len(f) <= last {
-		return 0, fmt.Errorf("%d fields after the command name, want more than %d", len(f), last)
+		return 0, 0, fmt.Errorf("%d fields after the command name, want more than %d", len(f), last)
 	}
-	var ticks int64
-	for _, s := range f[first : last+1] {
+	var ticks, sysTicks int64
+	for i, s := range f[first : last+1] {
 		v, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("cpu time %q: %w", s, err)
+			return 0, 0, fmt.Errorf("cpu time %q: %w", s, err)
 		}
 		ticks += v
+		if i%2 == 1 { // stime, cstime
+			sysTicks += v
+		}
 	}
-	return float64(ticks) / clockTicks, nil
+	return float64(ticks) / clockTicks, float64(sysTicks) / clockTicks, nil
 }
 
 // parseStatusRSS returns VmRSS and VmHWM, in bytes.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -28,6 +29,13 @@ type proxyKind struct {
 	// synced reports whether a log line says a complete sync of the IPv4
 	// rules finished.
 	synced func(line string) bool
+	// listed are the log lines that, all seen, say the proxy has listed
+	// every object its first sync needs from the API server (each
+	// matched by all of its substrings); the cold start's split.
+	listed [][]string
+	// syncTook returns the duration a proxy's "synced" line gives its
+	// sync (false if the line has none).
+	syncTook func(line string) (time.Duration, bool)
 	// ebpf: the proxy needs a cgroup v2 and a BPF filesystem of its node
 	// (ebpfNode), and its probe client runs in that cgroup.
 	ebpf bool
@@ -97,6 +105,10 @@ func kpngKind(name, reference, backend string, extra ...string) proxyKind {
 		// one holds the whole cluster (the kube source publishes nothing
 		// before every watch has listed).
 		synced: func(line string) bool { return strings.Contains(line, "Dataplane synced") },
+		// The kube source logs this once every watch has listed
+		// (sources/kube), before it publishes anything.
+		listed:   [][]string{{`"Synced with the API server"`}},
+		syncTook: logDuration("took"),
 	}
 }
 
@@ -122,6 +134,27 @@ func kubeProxyKind(name, mode string) proxyKind {
 		synced: func(line string) bool {
 			return strings.Contains(line, "SyncProxyRules complete") && strings.Contains(line, `"IPv4"`)
 		},
+		// Its proxiers do not sync before these two informers have
+		// listed (pkg/proxy/config).
+		listed: [][]string{
+			{`"Caches are synced"`, `controller="service config"`},
+			{`"Caches are synced"`, `controller="endpoint slice config"`},
+		},
+		syncTook: logDuration("elapsed"),
+	}
+}
+
+// logDuration returns a function that reads a klog key's Go duration
+// (`took="1.2s"`, or unquoted) from a line.
+func logDuration(key string) func(line string) (time.Duration, bool) {
+	re := regexp.MustCompile(`\b` + key + `="?([0-9][0-9.]*[a-zµ]+)"?`)
+	return func(line string) (time.Duration, bool) {
+		m := re.FindStringSubmatch(line)
+		if m == nil {
+			return 0, false
+		}
+		d, err := time.ParseDuration(m[1])
+		return d, err == nil
 	}
 }
 
@@ -142,7 +175,14 @@ type proxy struct {
 
 	mu        sync.Mutex
 	firstSync time.Time
-	synced    chan struct{} // closed at the first complete sync
+	// listedSeen counts kind.listed's lines seen (each once); listedAt
+	// is when the last of them was.
+	listedSeen []bool
+	listedAt   time.Time
+	// firstSyncTook is the first complete sync's own duration, as its
+	// log line gives it (0: not given).
+	firstSyncTook time.Duration
+	synced        chan struct{} // closed at the first complete sync
 	// atFirstSync is the process's usage read when the first complete
 	// sync was seen in its log (atFirstSyncErr if it could not be read).
 	atFirstSync    ProcUsage
@@ -201,18 +241,64 @@ func (p *proxy) start(argv, env []string) error {
 // own, however long the other proxies take. (The log line follows the
 // end of the sync by the time the pipe takes to carry it.)
 func (p *proxy) onLine(line string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.firstSync.IsZero() {
+		return
+	}
+	p.noteListed(line)
 	if !p.kind.synced(line) {
 		return
 	}
+	p.firstSync = time.Now()
+	// cmd.Process is set before the goroutines that copy the output
+	// start.
+	p.atFirstSync, p.atFirstSyncErr = readProcUsage(p.cmd.Process.Pid)
+	if p.kind.syncTook != nil {
+		p.firstSyncTook, _ = p.kind.syncTook(line)
+	}
+	close(p.synced)
+}
+
+// noteListed records the time at which the last of kind.listed's lines
+// was seen. Called with p.mu held.
+func (p *proxy) noteListed(line string) {
+	if p.listedSeen == nil {
+		p.listedSeen = make([]bool, len(p.kind.listed))
+	}
+	missing := 0
+	for i, subs := range p.kind.listed {
+		if !p.listedSeen[i] && containsAll(line, subs) {
+			p.listedSeen[i] = true
+		}
+		if !p.listedSeen[i] {
+			missing++
+		}
+	}
+	if missing == 0 && len(p.kind.listed) > 0 && p.listedAt.IsZero() {
+		p.listedAt = time.Now()
+	}
+}
+
+func containsAll(s string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
+
+// coldStartSplit returns when, from its start, the proxy had listed what
+// its first sync needs (0: not seen), and the first sync's own duration
+// (0: not given).
+func (p *proxy) coldStartSplit() (listed, took time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.firstSync.IsZero() {
-		p.firstSync = time.Now()
-		// cmd.Process is set before the goroutines that copy the
-		// output start.
-		p.atFirstSync, p.atFirstSyncErr = readProcUsage(p.cmd.Process.Pid)
-		close(p.synced)
+	if !p.listedAt.IsZero() {
+		listed = p.listedAt.Sub(p.started)
 	}
+	return listed, p.firstSyncTook
 }
 
 // usageAtFirstSync returns the usage read at the first complete sync.

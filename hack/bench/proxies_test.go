@@ -70,3 +70,54 @@ func TestBinaryVersion(t *testing.T) {
 		t.Errorf("binaryVersion = %q, want the first line", v)
 	}
 }
+
+// The cold start's split comes from each proxy's own log lines: when it
+// had listed what its first sync needs, and what that sync took.
+func TestColdStartSplitFromTheLog(t *testing.T) {
+	kpngLog := `I1128 11:49:27.121372   31512 kube.go:180] "Synced with the API server" took="46ms" services=102 endpointSlices=101
+I1128 11:49:27.132843   31512 feed.go:76] "Node view changed" events=205 clusterRevision=206 viewRevision=1
+I1128 11:49:27.364541   31512 run.go:273] "Dataplane synced" revision=1 services=102 took="219.474633ms"`
+	kubeProxyLog := `I1128 11:49:27.563260   31516 shared_informer.go:409] "Caches are synced"
+I1128 11:49:27.813748   31516 shared_informer.go:388] "Caches are synced" controller="node config"
+I1128 11:49:27.912952   31516 shared_informer.go:388] "Caches are synced" controller="service config"
+I1128 11:49:27.912986   31516 shared_informer.go:388] "Caches are synced" controller="endpoint slice config"
+I1128 11:49:28.045410   31516 proxier.go:1088] "SyncProxyRules complete" ipFamily="IPv4" elapsed="132.33591ms"`
+	// Without the EndpointSlice informer's line, kube-proxy has not listed.
+	noSlices := strings.Replace(kubeProxyLog, `controller="endpoint slice config"`, `controller="serviceCIDR config"`, 1)
+	for _, tc := range []struct {
+		name       string
+		kind       proxyKind
+		log        string
+		wantListed bool
+		wantTook   time.Duration
+	}{
+		{"kpng", kpngKind("kpng-nft", "kube-proxy-nftables", "to-nft"), kpngLog, true, 219474633 * time.Nanosecond},
+		{"kube-proxy", kubeProxyKind("kube-proxy-nftables", "nftables"), kubeProxyLog, true, 132335910 * time.Nanosecond},
+		{"kube-proxy without slices", kubeProxyKind("kube-proxy-nftables", "nftables"), noSlices, false, 132335910 * time.Nanosecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &proxy{kind: tc.kind, logPath: filepath.Join(t.TempDir(), "proxy.log")}
+			// The lines, then a wait: the process must be alive when its
+			// sync line is seen (its usage is read then).
+			if err := p.start([]string{"sh", "-c", "cat <<'EOF'\n" + tc.log + "\nEOF\nexec sleep 60"}, nil); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(p.stop)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := p.waitFirstSync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			listed, took := p.coldStartSplit()
+			if got := listed > 0; got != tc.wantListed {
+				t.Errorf("listed after %v; want a time: %v", listed, tc.wantListed)
+			}
+			if listed > p.firstSyncAfter() {
+				t.Errorf("listed after %v, later than the first sync (%v)", listed, p.firstSyncAfter())
+			}
+			if took != tc.wantTook {
+				t.Errorf("the first sync took %v, want %v", took, tc.wantTook)
+			}
+		})
+	}
+}

@@ -161,10 +161,15 @@ func TestTargetsListShortfalls(t *testing.T) {
 	ref.Phases[phaseChurn].NetProgP99 = 2.73
 	k.RSSEndMB, ref.RSSEndMB = 83, 105
 	k.Phases[phaseChurn].CPUSeconds, ref.Phases[phaseChurn].CPUSeconds = 1, 40
+	k.FirstSyncSeconds, k.ListedSeconds, k.FirstSyncTookSeconds, k.ColdStartCPUSeconds, k.ColdStartSysCPUSeconds = 27.3, 4.2, 20.5, 10, 8.1
+	ref.FirstSyncSeconds, ref.ListedSeconds, ref.FirstSyncTookSeconds, ref.ColdStartCPUSeconds, ref.ColdStartSysCPUSeconds = 16.5, 3.9, 11.7, 11.9, 6.6
 	var b strings.Builder
 	targetsSection(&b, []*SizeResult{r}, nil)
 	got := b.String()
 	wantAll(t, "the section lacks", got, []string{
+		"- **cold start (s)**, kpng-nft: 27.3 against kube-proxy-nftables 16.5, a ratio of 1.65 where the goal is at most 0.5 (kpng would need 8.2 or less). " +
+			"Where the time went: kpng-nft had listed the API's objects after 4.2 s and its first sync took 20.5 s; 8.1 s of its 10.0 s of CPU were the kernel's; " +
+			"kube-proxy-nftables had listed the API's objects after 3.9 s and its first sync took 11.7 s; 6.6 s of its 11.9 s of CPU were the kernel's.",
 		"| network programming p99 under churn (s) | kpng-nft | 1.70 | kube-proxy-nftables | 2.73 | 0.62 | ≤ 0.25 | **no** |",
 		"| CPU during churn (s) | kpng-nft | 1.0 | kube-proxy-nftables | 40.0 | 0.03 | ≤ 0.033 x | yes |",
 		"| cold start (s) | kpng-iptables |",

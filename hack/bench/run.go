@@ -504,10 +504,14 @@ func waitColdStart(ctx context.Context, cfg *config, proxies []*proxy, res *Size
 			r.Error = joinErr(r.Error, fmt.Sprintf("usage at the first sync: %v", err))
 		} else {
 			r.ColdStartCPUSeconds = u.CPUSeconds
+			r.ColdStartSysCPUSeconds = u.SysSeconds
 			r.RSSAfterStartMB = mb(u.RSSBytes)
 		}
-		logf("size %d: %s first complete sync after %.1fs (%.1fs of CPU, %.0f MB RSS)",
-			res.Services, p.kind.Name, r.FirstSyncSeconds, r.ColdStartCPUSeconds, r.RSSAfterStartMB)
+		listed, took := p.coldStartSplit()
+		r.ListedSeconds, r.FirstSyncTookSeconds = listed.Seconds(), took.Seconds()
+		logf("size %d: %s first complete sync after %.1fs (listed after %.1fs, the sync took %.1fs; %.1fs of CPU, %.1fs of it the kernel's; %.0f MB RSS)",
+			res.Services, p.kind.Name, r.FirstSyncSeconds, r.ListedSeconds, r.FirstSyncTookSeconds,
+			r.ColdStartCPUSeconds, r.ColdStartSysCPUSeconds, r.RSSAfterStartMB)
 		live = append(live, p)
 	}
 	return live
