@@ -3,9 +3,11 @@
 //
 // For each size N it starts etcd and kube-apiserver (test/integration/apiserver)
 // inside a network namespace of its own, creates a Node, preloads N Services
-// of 10 endpoints each (EndpointSlices created directly), then starts at the
-// same time, each in its own network namespace (so their tables never meet,
-// and nothing touches the host's firewall) and on its own metrics port:
+// of 10 endpoints each (EndpointSlices created directly), then runs the
+// proxies, each in its own network namespace (so their tables never meet,
+// and nothing touches the host's firewall) and on its own metrics port, in
+// groups one after the other (each kpng backend beside kube-proxy in its
+// mode; --together: all at once):
 //
 //   - kpng with the nft backend (kpng kube ... to-local ... to-nft),
 //   - kpng with the iptables backend (... to-iptables),
@@ -16,7 +18,8 @@
 //     hierarchy's root, mounted on a private folder: never the root), its
 //     pins on a BPF filesystem of the bench's (ebpf.go).
 //
-// It measures the cold start (time to the first complete sync), then runs
+// For each group, it measures the cold start (time to the first complete
+// sync, split into the API lists and the first sync by the proxies' logs), then runs
 // the workloads: churn (EndpointSlice updates at a fixed rate, each with
 // endpoints.kubernetes.io/last-change-trigger-time), a burst of updates at
 // once, and service creation and deletion. Figures come from the same
@@ -91,6 +94,7 @@ func main() {
 		startTO   = flag.Duration("start-timeout", 10*time.Minute, "longest wait for a proxy's first complete sync; a proxy that takes longer is reported so, and stopped")
 		drainTO   = flag.Duration("drain-timeout", 5*time.Minute, "longest wait for a proxy to catch up after a phase; a proxy that takes longer is reported so, and left out of the later phases")
 		variant   = flag.String("iptables-variant", "legacy", "the iptables variant of both iptables proxies: legacy, or nft (whose iptables-nft-restore takes many minutes from 5,000 services)")
+		together  = flag.Bool("together", false, "run every proxy at once, as the bench did before 2026-11-28, instead of each kpng backend beside kube-proxy in its mode, one mode after the other")
 		probeFor  = flag.Duration("probe", 3*time.Second, "how long each dataplane probe runs")
 		outDir    = flag.String("out", "", "where results and logs go (default: <repo>/.cache/bench)")
 		kpngBin   = flag.String("kpng", "", "kpng binary (default: built from the repository)")
@@ -177,7 +181,7 @@ func main() {
 	cfg := &config{churnRate: *churnRate, churnFor: *churnFor, burst: *burst, newServices: *newSvcs,
 		serviceRate: *svcRate, startTimeout: *startTO, drainTimeout: *drainTO, probeFor: *probeFor,
 		ebpfOnly: *ebpfOnly, oneChanges: *oneChanges, oneChangeRate: *oneRate,
-		iptablesVariant: *variant, fanoutServices: *foServices, fanoutChanges: *foChanges,
+		iptablesVariant: *variant, together: *together, fanoutServices: *foServices, fanoutChanges: *foChanges,
 		outDir: *outDir, runID: os.Getenv(envChild), command: "hack/bench.sh " + strings.Join(os.Args[1:], " ")}
 	cfg.run = time.Now().UTC().Format("20060102T150405Z") + "-" + cfg.runID
 	if !cfg.ebpfOnly {

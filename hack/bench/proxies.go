@@ -36,6 +36,10 @@ type proxyKind struct {
 	// syncTook returns the duration a proxy's "synced" line gives its
 	// sync (false if the line has none).
 	syncTook func(line string) (time.Duration, bool)
+	// Group is the proxies it runs beside: the kpng backends with
+	// kube-proxy in the same mode ("nftables", "iptables"); kpng-ebpf
+	// alone ("ebpf"). Groups run one after the other (groupProxies).
+	Group string
 	// ebpf: the proxy needs a cgroup v2 and a BPF filesystem of its node
 	// (ebpfNode), and its probe client runs in that cgroup.
 	ebpf bool
@@ -78,8 +82,15 @@ var proxyKinds = []proxyKind{
 
 func kpngKind(name, reference, backend string, extra ...string) proxyKind {
 	iptables, ebpf := backend == "to-iptables", backend == "to-ebpf"
+	group := "nftables"
+	switch {
+	case iptables:
+		group = "iptables"
+	case ebpf:
+		group = "ebpf"
+	}
 	return proxyKind{
-		Name: name, Reference: reference, ebpf: ebpf,
+		Name: name, Reference: reference, ebpf: ebpf, Group: group,
 		argv: func(a runArgs) []string {
 			argv := append([]string{a.bins.kpng, "--v=2", "kube", "--kubeconfig=" + a.kubeconfig,
 				"to-local", "--node-name=" + nodeName, backend,
@@ -114,7 +125,7 @@ func kpngKind(name, reference, backend string, extra ...string) proxyKind {
 
 func kubeProxyKind(name, mode string) proxyKind {
 	return proxyKind{
-		Name: name,
+		Name: name, Group: mode,
 		// kube-proxy runs the `iptables` of its PATH, which the bench
 		// points at the chosen variant (iptablesEnv).
 		argv: func(a runArgs) []string {
@@ -161,6 +172,7 @@ func logDuration(key string) func(line string) (time.Duration, bool) {
 // proxy is one running proxy, in its own namespace.
 type proxy struct {
 	kind    proxyKind
+	index   int       // its place in proxyKinds: its address, ports and result
 	ns      string    // the proxy's "node" namespace
 	podNS   string    // a pod namespace behind it, for the dataplane probe
 	ebpf    *ebpfNode // kpng-ebpf's cgroup and BPF filesystem

@@ -220,14 +220,36 @@ func generated(results []*SizeResult, fo *FanoutResult, plots []string) string {
 	return b.String()
 }
 
+// howRun says which proxies shared the cores at once.
+func howRun(r *SizeResult) string {
+	if len(r.Groups) <= 1 {
+		return fmt.Sprintf("all %d proxies (and the API server) ran at the same time on these %d cores.", len(r.Proxies), r.Machine.Cores)
+	}
+	var gs []string
+	for _, g := range r.Groups {
+		gs = append(gs, joinAnd(g))
+	}
+	return fmt.Sprintf("the proxies ran in %d groups, one after the other against the same API server and cluster "+
+		"(each from its cold start to its last reading): %s. A group's proxies (and the API server) shared these %d cores "+
+		"at the same time.", len(r.Groups), strings.Join(gs, "; then "), r.Machine.Cores)
+}
+
+// joinAnd joins "a", "b" and "c" as "a, b and c".
+func joinAnd(s []string) string {
+	if len(s) <= 1 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+}
+
 func sizeSection(b *strings.Builder, r *SizeResult) {
 	m := r.Machine
 	fmt.Fprintf(b, "### %s services x %d endpoints\n\n", thousands(r.Services), r.EndpointsPerService)
 	fmt.Fprintf(b, "Run %s to %s UTC on %d cores (%s), kernel %s. Load average at start %.2f, at end %.2f; "+
 		"1-minute load during the run: %s. The machine is shared with other work: wall-clock figures are inflated by it, "+
-		"and all %d proxies (and the API server) ran at the same time on these %d cores.\n\n",
+		"and %s\n\n",
 		r.Started.Format("2006-01-02 15:04"), r.Finished.Format("15:04"), m.Cores, m.CPUModel, m.Kernel,
-		m.LoadStart[0], m.LoadEnd[0], loadRange(r.LoadDuring), len(r.Proxies), m.Cores)
+		m.LoadStart[0], m.LoadEnd[0], loadRange(r.LoadDuring), howRun(r))
 	fmt.Fprintf(b, "kpng at commit %s; kube-proxy: %s; kube-apiserver: %s; %s. ",
 		r.KpngCommit, orUnrecorded(r.Versions.KubeProxy), orUnrecorded(r.Versions.KubeAPIServer),
 		orDefault(r.Versions.Nft, "nft version not recorded"))

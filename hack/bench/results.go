@@ -26,6 +26,10 @@ type SizeResult struct {
 	// Note30k says why 30,000 services were or were not part of the run
 	// (--with-30k and its rule, size30k.go).
 	Note30k string `json:"note_30k,omitempty"`
+	// Groups are the proxies' names in the groups that ran one after the
+	// other (each from its cold start to its last reading), in that
+	// order; empty in results from before groups, where all ran at once.
+	Groups [][]string `json:"groups,omitempty"`
 	// Versions are what the programs under test say of themselves.
 	Versions       Versions `json:"versions"`
 	Machine        Machine  `json:"machine"`

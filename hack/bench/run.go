@@ -72,6 +72,9 @@ type config struct {
 	// makes `iptables` the variant's (iptablesPathDir).
 	iptablesVariant string
 	iptablesPath    string
+	// together runs every proxy at once instead of group after group
+	// (groupProxies).
+	together bool
 }
 
 // runSize runs the whole bench at one size, and writes its result.
@@ -135,7 +138,7 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 	// One namespace per proxy, plus a pod namespace behind it.
 	var proxies []*proxy
 	for i, k := range cfg.kinds() {
-		p := &proxy{kind: k,
+		p := &proxy{kind: k, index: i,
 			ns:      fmt.Sprintf("%s%s-%d-p%d", nsPrefix, cfg.runID, n, i),
 			podNS:   fmt.Sprintf("%s%s-%d-p%dpod", nsPrefix, cfg.runID, n, i),
 			addr:    fmt.Sprintf("10.210.0.%d", proxyAddrBase+i),
@@ -163,22 +166,59 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 		res.Proxies = append(res.Proxies, &ProxyResult{Name: k.Name, Reference: k.Reference, Phases: map[string]*PhaseResult{}})
 	}
 
-	// Cold start: all at once.
-	status.set(n, "cold start")
-	for i, p := range proxies {
+	// The proxies run in groups, one group after the other against the
+	// same API server and cluster: each kpng backend beside kube-proxy in
+	// the same mode, not every proxy on the same cores at once.
+	groups := groupProxies(proxies, cfg.together)
+	for _, g := range groups {
+		var names []string
+		for _, p := range g {
+			names = append(names, p.kind.Name)
+		}
+		res.Groups = append(res.Groups, names)
+	}
+	for _, g := range groups {
+		if err := runGroup(ctx, cfg, cl, g, res, kubeconfig, dir, probeVIP, tb); err != nil {
+			return res, err
+		}
+	}
+
+	stopLoad()
+	loadMu.Lock()
+	res.Machine.LoadEnd = loadAvg()
+	res.Finished = time.Now().UTC()
+	loadMu.Unlock()
+	status.set(n, "done")
+	return res, writeResult(cfg.outDir, res)
+}
+
+// runGroup runs the cold start, the workload phases, the dataplane probe
+// and the final readings of one group of proxies, then stops them.
+func runGroup(ctx context.Context, cfg *config, cl *cluster, proxies []*proxy, res *SizeResult,
+	kubeconfig, dir, probeVIP string, tb *runTB) error {
+	n := res.Services
+	defer func() {
+		for _, p := range proxies {
+			p.stop()
+		}
+	}()
+	// Cold start: the group at once.
+	status.set(n, "cold start: "+groupNames(proxies))
+	for _, p := range proxies {
+		i := p.index
 		argv := p.kind.argv(runArgs{bins: cfg.bins, kubeconfig: kubeconfig, metrics: p.metrics,
 			healthz: net.JoinHostPort(p.addr, healthzPort(i)), iptablesVariant: cfg.iptablesVariant, ebpf: p.ebpf})
 		env := proxyEnv(cfg.iptablesPath, filepath.Join(dir, p.kind.Name+".xtables.lock"))
 		if p.ebpf != nil {
 			if err := p.ebpf.check(); err != nil {
-				return nil, fmt.Errorf("%s: %w", p.kind.Name, err)
+				return fmt.Errorf("%s: %w", p.kind.Name, err)
 			}
 			// After the proxy stops (cleanups run last first), and
 			// before the BPF filesystem is unmounted.
 			tb.Cleanup(func() { cleanupPins(argv) })
 		}
 		if err := p.start(argv, env); err != nil {
-			return nil, err
+			return err
 		}
 		tb.Cleanup(p.stop)
 	}
@@ -186,7 +226,7 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 	live := waitColdStart(ctx, cfg, proxies, res)
 	stopProgress()
 	if len(live) == 0 {
-		return res, errors.New("no proxy completed its first sync")
+		return fmt.Errorf("%s: no proxy completed its first sync", groupNames(proxies))
 	}
 	// Let every proxy finish what the start queued (kube-proxy syncs
 	// again once its Node informer reports) before measuring anything.
@@ -196,8 +236,9 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 
 	if !cfg.ebpfOnly {
 		for _, phase := range phases {
+			var err error
 			if live, err = runPhase(ctx, cfg, cl, phase, live, res); err != nil {
-				return res, fmt.Errorf("phase %s: %w", phase, err)
+				return fmt.Errorf("phase %s: %w", phase, err)
 			}
 		}
 	}
@@ -218,11 +259,11 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 	}
 
 	status.set(n, "dataplane probes")
-	for i, p := range proxies {
+	for _, p := range proxies {
 		if !p.running() {
 			continue
 		}
-		r := res.Proxies[i]
+		r := res.Proxies[p.index]
 		if err := probeProxy(p, r, []string{probeVIP, net.JoinHostPort(probePodIP, fmt.Sprint(endpointPort))}, cfg.probeFor); err != nil {
 			r.Error = joinErr(r.Error, err.Error())
 			continue
@@ -238,11 +279,11 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 		}
 	}
 
-	for i, p := range proxies {
+	for _, p := range proxies {
 		if p.ebpf == nil || !p.running() {
 			continue
 		}
-		r := res.Proxies[i]
+		r := res.Proxies[p.index]
 		m, err := p.ebpf.mapsMemory()
 		if err != nil {
 			r.Error = joinErr(r.Error, fmt.Sprintf("BPF maps' memory: %v", err))
@@ -254,20 +295,21 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 		}
 	}
 
-	for i, p := range proxies {
+	for _, p := range proxies {
 		u, err := p.usage()
 		if err != nil {
-			res.Proxies[i].Error = joinErr(res.Proxies[i].Error, err.Error())
+			r := res.Proxies[p.index]
+			r.Error = joinErr(r.Error, err.Error())
 			continue
 		}
-		res.Proxies[i].RSSEndMB = mb(u.RSSBytes)
-		res.Proxies[i].PeakRSSMB = mb(u.PeakRSSBytes)
+		res.Proxies[p.index].RSSEndMB = mb(u.RSSBytes)
+		res.Proxies[p.index].PeakRSSMB = mb(u.PeakRSSBytes)
 	}
 
 	// Where the rules are: the variant the iptables proxies really used.
 	status.set(n, "checking where each proxy's rules are")
-	for i, p := range proxies {
-		r := res.Proxies[i]
+	for _, p := range proxies {
+		r := res.Proxies[p.index]
 		legacy, tables, err := rulesWhere(p.ns)
 		if err != nil {
 			r.Error = joinErr(r.Error, err.Error())
@@ -276,13 +318,36 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 		r.LegacyNATRules, r.NftTables, r.RulesChecked = legacy, tables, true
 		logf("size %d: %s: %d rules in the legacy nat table; nf_tables tables: %v", n, p.kind.Name, legacy, tables)
 	}
-	stopLoad()
-	loadMu.Lock()
-	res.Machine.LoadEnd = loadAvg()
-	res.Finished = time.Now().UTC()
-	loadMu.Unlock()
-	status.set(n, "done")
-	return res, writeResult(cfg.outDir, res)
+	return nil
+}
+
+// groupProxies returns the proxies in the groups that run one after the
+// other, in the order of proxyKinds: by kind.Group, or all in one group
+// (together).
+func groupProxies(proxies []*proxy, together bool) [][]*proxy {
+	if together {
+		return [][]*proxy{proxies}
+	}
+	var groups [][]*proxy
+	at := map[string]int{}
+	for _, p := range proxies {
+		i, ok := at[p.kind.Group]
+		if !ok {
+			i = len(groups)
+			at[p.kind.Group] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], p)
+	}
+	return groups
+}
+
+func groupNames(proxies []*proxy) string {
+	var names []string
+	for _, p := range proxies {
+		names = append(names, p.kind.Name)
+	}
+	return strings.Join(names, ", ")
 }
 
 // splitProbe is how long kpng-ebpf's probe of each target alone runs,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -125,5 +126,35 @@ func TestDrainCountsASyncThatEndedBeforeTheWriteReturned(t *testing.T) {
 	}
 	if !caught[1].at.IsZero() {
 		t.Errorf("stale: caught up at %v, want not at all: its last sync ended before the write began", caught[1].at)
+	}
+}
+
+// Each kpng backend runs beside kube-proxy in its own mode, the modes one
+// after the other; kpng-ebpf, without a kube-proxy mode, alone.
+func TestGroupsPairEachBackendWithItsMode(t *testing.T) {
+	var proxies []*proxy
+	for i, k := range proxyKinds {
+		proxies = append(proxies, &proxy{kind: k, index: i})
+	}
+	var got [][]string
+	for _, g := range groupProxies(proxies, false) {
+		got = append(got, strings.Split(groupNames(g), ", "))
+	}
+	want := [][]string{
+		{"kpng-nft", "kpng-nft-1s", "kube-proxy-nftables"},
+		{"kpng-iptables", "kube-proxy-iptables"},
+		{"kpng-ebpf"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("groups %v, want %v", got, want)
+	}
+	if all := groupProxies(proxies, true); len(all) != 1 || len(all[0]) != len(proxyKinds) {
+		t.Errorf("together: %d groups", len(all))
+	}
+	r := &SizeResult{Groups: want, Machine: Machine{Cores: 2}}
+	if s, w := howRun(r), "the proxies ran in 3 groups, one after the other against the same API server and cluster "+
+		"(each from its cold start to its last reading): kpng-nft, kpng-nft-1s and kube-proxy-nftables; then kpng-iptables "+
+		"and kube-proxy-iptables; then kpng-ebpf."; !strings.HasPrefix(s, w) {
+		t.Errorf("howRun = %q, want it to start %q", s, w)
 	}
 }
