@@ -548,8 +548,9 @@ func waitColdStart(ctx context.Context, cfg *config, proxies []*proxy, res *Size
 	wait, cancel := context.WithTimeout(ctx, cfg.startTimeout)
 	defer cancel()
 	var live []*proxy
-	for i, p := range proxies {
-		r := res.Proxies[i]
+	for _, p := range proxies {
+		// By name: proxies may be one group of the run's.
+		r := res.proxy(p.kind.Name)
 		if err := p.waitFirstSync(wait); err != nil {
 			switch {
 			case ctx.Err() != nil:

@@ -29,12 +29,15 @@ func (p *proxy) fakeSyncAt(at time.Time) {
 
 // Two proxies that never sync both time out at the one deadline: the
 // second is not waited on for ever once the first has used the deadline up.
+// The proxies are a group of the run's: each one's figures go to its own
+// result, not to the run's first ones.
 func TestWaitColdStartTimesOutEveryProxyThatNeverSyncs(t *testing.T) {
 	proxies := []*proxy{fakeProxy("synced"), fakeProxy("stuck-1"), fakeProxy("stuck-2"), fakeProxy("exits"), fakeProxy("late")}
 	proxies[0].fakeSync()
 	proxies[3].exitErr = errExample
 	close(proxies[3].exited)
 	res := &SizeResult{Services: 10}
+	res.Proxies = append(res.Proxies, &ProxyResult{Name: "earlier-group"})
 	for _, p := range proxies {
 		res.Proxies = append(res.Proxies, &ProxyResult{Name: p.kind.Name})
 	}
@@ -55,16 +58,19 @@ func TestWaitColdStartTimesOutEveryProxyThatNeverSyncs(t *testing.T) {
 	if len(live) != 1 || live[0] != proxies[0] {
 		t.Errorf("live = %v, want only the proxy that synced", names(live))
 	}
-	for _, i := range []int{1, 2, 4} {
-		r := res.Proxies[i]
+	if r := res.proxy("earlier-group"); r.Error != "" || r.FirstSyncSeconds != 0 || r.NoSyncWithin != "" {
+		t.Errorf("a proxy of another group got figures: %+v", r)
+	}
+	for _, name := range []string{"stuck-1", "stuck-2", "late"} {
+		r := res.proxy(name)
 		if r.NoSyncWithin != "200ms" || !strings.Contains(r.Error, "did not sync within 200ms") {
 			t.Errorf("%s: NoSyncWithin %q, Error %q; want a start timeout of 200ms", r.Name, r.NoSyncWithin, r.Error)
 		}
 	}
-	if r := res.Proxies[3]; r.NoSyncWithin != "" || !strings.Contains(r.Error, "exited before its first sync") {
+	if r := res.proxy("exits"); r.NoSyncWithin != "" || !strings.Contains(r.Error, "exited before its first sync") {
 		t.Errorf("exits: NoSyncWithin %q, Error %q; want an exit", r.NoSyncWithin, r.Error)
 	}
-	if r := res.Proxies[0]; r.Error != "" || r.FirstSyncSeconds <= 0 {
+	if r := res.proxy("synced"); r.Error != "" || r.FirstSyncSeconds <= 0 {
 		t.Errorf("synced: Error %q, FirstSyncSeconds %v", r.Error, r.FirstSyncSeconds)
 	}
 }
