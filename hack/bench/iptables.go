@@ -115,6 +115,30 @@ func rulesWhere(ns string) (legacyNATRules int, nftTables []string, err error) {
 	return legacyNATRules, nftTables, nil
 }
 
+// saveRules writes the rules of namespace ns as they are at the end of the
+// run, the legacy nat table to base+".iptables" (iptables-legacy-save) and
+// the nf_tables ruleset to base+".nft" (nft list ruleset), so that each
+// proxy's ruleset can be loaded again alone (iptables-restore, nft -f) to
+// compare what the kernel takes to load them.
+func saveRules(ns, base string, legacy, nft bool) error {
+	save := func(ext, name string, args ...string) error {
+		out, err := inNamespace(ns, name, args...)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(base+ext, []byte(out), 0o644)
+	}
+	if legacy {
+		if err := save(".iptables", "iptables-legacy-save", "-t", "nat"); err != nil {
+			return err
+		}
+	}
+	if nft {
+		return save(".nft", "nft", "list", "ruleset")
+	}
+	return nil
+}
+
 // parseNftTables reads `nft list tables`: "table ip nat" lines.
 func parseNftTables(out string) []string {
 	var tables []string

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kpng/kpng/internal/netnstest"
 )
 
 func TestVariantTool(t *testing.T) {
@@ -64,5 +66,43 @@ func TestParseNftTables(t *testing.T) {
 	}
 	if got := parseNftTables(""); got != nil {
 		t.Errorf("no tables: %v", got)
+	}
+}
+
+// A proxy's rules are saved from its namespace in a form that loads again
+// into an empty one: nft's ruleset and the legacy nat table.
+func TestSaveRulesLoadsAgain(t *testing.T) {
+	src, dst := netnstest.New(t, "save"), netnstest.New(t, "load")
+	if _, err := src.RunInput("table ip kpngbench {\n"+
+		"map ep {\ntypeof numgen random mod 65536 : ip daddr\nflags interval\nelements = { 0-32767 : 10.0.0.1, 32768-65535 : 10.0.0.2 }\n}\n"+
+		"chain services {\nip daddr 10.96.0.1 dnat ip to numgen random mod 65536 map @ep\n}\n}\n", "nft", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Run("iptables-legacy", "-t", "nat", "-N", "KUBE-SERVICES"); err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(t.TempDir(), "proxy")
+	if err := saveRules(src.Name, base, true, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dst.Run("nft", "-f", base+".nft"); err != nil {
+		t.Fatalf("the saved nft ruleset does not load: %v", err)
+	}
+	if out, err := dst.Run("nft", "list", "map", "ip", "kpngbench", "ep"); err != nil || !strings.Contains(out, "32768-65535 : 10.0.0.2") {
+		t.Errorf("loaded map: %q, %v", out, err)
+	}
+	if _, err := dst.Run("iptables-legacy-restore", base+".iptables"); err != nil {
+		t.Fatalf("the saved nat table does not load: %v", err)
+	}
+	if out, err := dst.Run("iptables-legacy", "-t", "nat", "-S", "KUBE-SERVICES"); err != nil || !strings.Contains(out, "-N KUBE-SERVICES") {
+		t.Errorf("loaded nat table: %q, %v", out, err)
+	}
+	// Nothing asked, nothing written.
+	other := filepath.Join(t.TempDir(), "none")
+	if err := saveRules(src.Name, other, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := filepath.Glob(other + "*"); len(m) != 0 {
+		t.Errorf("files written when none was asked for: %v", m)
 	}
 }

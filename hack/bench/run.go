@@ -317,6 +317,9 @@ func runGroup(ctx context.Context, cfg *config, cl *cluster, proxies []*proxy, r
 		}
 		r.LegacyNATRules, r.NftTables, r.RulesChecked = legacy, tables, true
 		logf("size %d: %s: %d rules in the legacy nat table; nf_tables tables: %v", n, p.kind.Name, legacy, tables)
+		if err := saveRules(p.ns, filepath.Join(dir, p.kind.Name), legacy > 0, len(tables) > 0); err != nil {
+			r.Error = joinErr(r.Error, err.Error())
+		}
 	}
 	return nil
 }
