@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/kpng/kpng/internal/netnstest"
 )
 
 // Both iptables proxies run on one iptables variant, the same for both, so
@@ -137,6 +139,53 @@ func saveRules(ns, base string, legacy, nft bool) error {
 		return save(".nft", "nft", "list", "ruleset")
 	}
 	return nil
+}
+
+// reloadRules loads the rulesets saveRules wrote at base into namespace
+// ns, created empty for it and deleted after, one after the other, and
+// returns what the loading commands took (their own CPU time: nft's or
+// iptables-restore's, user and system).
+func reloadRules(ns, base string, legacy, nft bool) (*RulesetLoad, error) {
+	_ = netnstest.Delete(ns) // a leftover of a killed run
+	n, err := netnstest.Create(ns)
+	if n != nil {
+		defer netnstest.Delete(ns)
+	}
+	if err != nil {
+		return nil, err
+	}
+	l := &RulesetLoad{}
+	load := func(file, name string, args ...string) error {
+		bin, err := lookSbin(name)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		var stderr bytes.Buffer
+		cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, bin}, append(args, file)...)...)
+		cmd.Stderr = &stderr
+		began := time.Now()
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("loading %s alone: %s: %w: %s", file, name, err, bytes.TrimSpace(stderr.Bytes()))
+		}
+		l.WallSeconds += time.Since(began).Seconds()
+		// `ip netns exec` execs the command: the rusage is its own.
+		l.SysSeconds += cmd.ProcessState.SystemTime().Seconds()
+		l.UserSeconds += cmd.ProcessState.UserTime().Seconds()
+		return nil
+	}
+	if legacy {
+		if err := load(base+".iptables", "iptables-legacy-restore"); err != nil {
+			return nil, err
+		}
+	}
+	if nft {
+		if err := load(base+".nft", "nft", "-f"); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
 }
 
 // parseNftTables reads `nft list tables`: "table ip nat" lines.

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -96,6 +98,22 @@ func TestSaveRulesLoadsAgain(t *testing.T) {
 	}
 	if out, err := dst.Run("iptables-legacy", "-t", "nat", "-S", "KUBE-SERVICES"); err != nil || !strings.Contains(out, "-N KUBE-SERVICES") {
 		t.Errorf("loaded nat table: %q, %v", out, err)
+	}
+	// And loaded alone by the bench, into a namespace of its own that it
+	// deletes.
+	ns := "kpbench-" + strconv.Itoa(os.Getpid()) + "-test-reload"
+	l, err := reloadRules(ns, base, true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.WallSeconds <= 0 || l.UserSeconds+l.SysSeconds < 0 {
+		t.Errorf("load: %+v", l)
+	}
+	if names, _ := netnstest.List(ns); len(names) != 0 {
+		t.Errorf("namespace %v left behind", names)
+	}
+	if _, err := reloadRules(ns, filepath.Join(t.TempDir(), "missing"), false, true); err == nil || !strings.Contains(err.Error(), "missing.nft") {
+		t.Errorf("loading a missing file: %v, want an error naming it", err)
 	}
 	// Nothing asked, nothing written.
 	other := filepath.Join(t.TempDir(), "none")

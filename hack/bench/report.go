@@ -313,6 +313,16 @@ func sizeSection(b *strings.Builder, r *SizeResult) {
 	row("cold start: the first sync's own time (s)", func(p *ProxyResult) float64 { return nz(p.FirstSyncTookSeconds) }, f1)
 	row("cold start: CPU until that sync (s)", func(p *ProxyResult) float64 { return nz(p.ColdStartCPUSeconds) }, f1)
 	row("cold start: of which the kernel's (s)", func(p *ProxyResult) float64 { return nz(p.ColdStartSysCPUSeconds) }, f1)
+	reload := func(get func(*RulesetLoad) float64) func(*ProxyResult) float64 {
+		return func(p *ProxyResult) float64 {
+			if p.Reload == nil {
+				return math.NaN()
+			}
+			return get(p.Reload)
+		}
+	}
+	row("its ruleset loaded alone: kernel CPU (s)", reload(func(l *RulesetLoad) float64 { return l.SysSeconds }), f1)
+	row("its ruleset loaded alone: nft/iptables-restore CPU (s)", reload(func(l *RulesetLoad) float64 { return l.UserSeconds }), f1)
 	row("cold start: RSS at that sync (MiB)", func(p *ProxyResult) float64 { return nz(p.RSSAfterStartMB) }, f0)
 	row("churn: syncs", phase(phaseChurn, func(ph *PhaseResult) float64 { return ph.Syncs }), f0)
 	row("churn: sync duration p50 (s)", phase(phaseChurn, func(ph *PhaseResult) float64 { return nz(ph.SyncP50) }), f3)

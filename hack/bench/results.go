@@ -107,11 +107,14 @@ type ProxyResult struct {
 	// sync's own duration as its log line gives it. The rest of
 	// FirstSyncSeconds is between the two: computing before the sync,
 	// or waiting.
-	ListedSeconds        float64 `json:"listed_seconds,omitempty"`
-	FirstSyncTookSeconds float64 `json:"first_sync_took_seconds,omitempty"`
-	RSSAfterStartMB      float64 `json:"rss_after_start_mb"`
-	RSSEndMB             float64 `json:"rss_end_mb"`
-	PeakRSSMB            float64 `json:"peak_rss_mb"`
+	ListedSeconds float64 `json:"listed_seconds,omitempty"`
+	// Reload is the proxy's ruleset at the end of its group, loaded
+	// again alone into an empty namespace (nil: not measured).
+	Reload               *RulesetLoad `json:"reload,omitempty"`
+	FirstSyncTookSeconds float64      `json:"first_sync_took_seconds,omitempty"`
+	RSSAfterStartMB      float64      `json:"rss_after_start_mb"`
+	RSSEndMB             float64      `json:"rss_end_mb"`
+	PeakRSSMB            float64      `json:"peak_rss_mb"`
 	// Phases are the workloads after the cold start: churn, burst,
 	// create, delete.
 	Phases map[string]*PhaseResult `json:"phases"`
@@ -260,6 +263,15 @@ func readResults(dir string) ([]*SizeResult, error) {
 }
 
 // proxy returns the named proxy's result, or nil.
+// RulesetLoad is what loading a saved ruleset into an empty namespace
+// took: wall time, and the loading commands' (nft -f, iptables-restore)
+// user and system CPU time; the system time is the kernel's work for it.
+type RulesetLoad struct {
+	WallSeconds float64 `json:"wall_seconds"`
+	UserSeconds float64 `json:"user_seconds"`
+	SysSeconds  float64 `json:"sys_seconds"`
+}
+
 func (r *SizeResult) proxy(name string) *ProxyResult {
 	for _, p := range r.Proxies {
 		if p.Name == name {
