@@ -19,15 +19,9 @@ func TestColdStartUsageIsReadAtTheFirstSync(t *testing.T) {
 		// ns is empty: run without a network namespace.
 		logPath: filepath.Join(t.TempDir(), "spinner.log"),
 	}
-	if err := p.start([]string{"sh", "-c", "echo first sync done; while :; do :; done"}, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.stop)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := p.waitFirstSync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	startAndSync(ctx, t, p, "echo first sync done; while :; do :; done")
 	// Let it use half a second of CPU after its sync.
 	for {
 		u, err := p.usage()
@@ -54,6 +48,19 @@ func TestColdStartUsageIsReadAtTheFirstSync(t *testing.T) {
 	}
 	if r.RSSAfterStartMB <= 0 {
 		t.Errorf("RSS at the first sync: %v MB", r.RSSAfterStartMB)
+	}
+}
+
+// startAndSync runs script as proxy p, stopped at the test's end, and
+// waits for its first sync.
+func startAndSync(ctx context.Context, t *testing.T, p *proxy, script string) {
+	t.Helper()
+	if err := p.start([]string{"sh", "-c", script}, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.stop)
+	if err := p.waitFirstSync(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -99,15 +106,9 @@ I1128 11:49:28.045410   31516 proxier.go:1088] "SyncProxyRules complete" ipFamil
 			p := &proxy{kind: tc.kind, logPath: filepath.Join(t.TempDir(), "proxy.log")}
 			// The lines, then a wait: the process must be alive when its
 			// sync line is seen (its usage is read then).
-			if err := p.start([]string{"sh", "-c", "cat <<'EOF'\n" + tc.log + "\nEOF\nexec sleep 60"}, nil); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(p.stop)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if err := p.waitFirstSync(ctx); err != nil {
-				t.Fatal(err)
-			}
+			startAndSync(ctx, t, p, "cat <<'EOF'\n"+tc.log+"\nEOF\nexec sleep 60")
 			listed, took := p.coldStartSplit()
 			if got := listed > 0; got != tc.wantListed {
 				t.Errorf("listed after %v; want a time: %v", listed, tc.wantListed)
