@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,6 +89,12 @@ func kpngKind(name, reference, backend string, extra ...string) proxyKind {
 		group = "iptables"
 	case ebpf:
 		group = "ebpf"
+	case slices.Contains(extra, "--min-sync-period=1s"):
+		// Not beside kpng-nft: two kpng processes and kube-proxy's two
+		// proxiers loading 10,000 services at once on 2 cores gave each
+		// kpng half a core, and kpng-nft's cold start the wall time of
+		// its twin's load as well as its own.
+		group = "nftables-1s"
 	}
 	return proxyKind{
 		Name: name, Reference: reference, ebpf: ebpf, Group: group,

@@ -147,7 +147,8 @@ func TestGroupsPairEachBackendWithItsMode(t *testing.T) {
 		got = append(got, strings.Split(groupNames(g), ", "))
 	}
 	want := [][]string{
-		{"kpng-nft", "kpng-nft-1s", "kube-proxy-nftables"},
+		{"kpng-nft", "kube-proxy-nftables"},
+		{"kpng-nft-1s"},
 		{"kpng-iptables", "kube-proxy-iptables"},
 		{"kpng-ebpf"},
 	}
@@ -158,8 +159,8 @@ func TestGroupsPairEachBackendWithItsMode(t *testing.T) {
 		t.Errorf("together: %d groups", len(all))
 	}
 	r := &SizeResult{Groups: want, Machine: Machine{Cores: 2}}
-	if s, w := howRun(r), "the proxies ran in 3 groups, one after the other against the same API server and cluster "+
-		"(each from its cold start to its last reading): kpng-nft, kpng-nft-1s and kube-proxy-nftables; then kpng-iptables "+
+	if s, w := howRun(r), "the proxies ran in 4 groups, one after the other against the same API server and cluster "+
+		"(each from its cold start to its last reading): kpng-nft and kube-proxy-nftables; then kpng-nft-1s; then kpng-iptables "+
 		"and kube-proxy-iptables; then kpng-ebpf."; !strings.HasPrefix(s, w) {
 		t.Errorf("howRun = %q, want it to start %q", s, w)
 	}
