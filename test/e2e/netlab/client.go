@@ -131,10 +131,26 @@ func (h *Host) Dial(proto Protocol, dst netip.AddrPort, timeout time.Duration) R
 // load 12).
 func (h *Host) dial(ctx context.Context, start time.Time, proto Protocol, dst netip.AddrPort) Result {
 	var r Result
-	conn, retrans, err := h.connectCounted(ctx, proto, dst)
-	r.Retransmits = retrans
+	conn, ci, err := h.connectCounted(ctx, proto, dst)
+	r.Retransmits = ci.retrans
 	if err != nil {
-		r.Err = fmt.Errorf("%s %s from %s: %w", proto, dst, h.Name, err)
+		// The socket's address and its retransmissions: the tuple to look
+		// for in the nodes' conntrack tables (Lab.Dump), and how many
+		// handshake packets went unanswered.
+		r.Local = ci.local
+		var what []string
+		if ci.local.IsValid() {
+			what = append(what, ci.local.String())
+		}
+		if proto == TCP && ci.local.IsValid() {
+			what = append(what, fmt.Sprintf("%d SYN(s) sent again", ci.retrans))
+		}
+		if ci.began.IsZero() {
+			what = append(what, "no socket made")
+		} else {
+			what = append(what, fmt.Sprintf("socket made %v after the start", ci.began.Sub(start).Round(time.Millisecond)))
+		}
+		r.Err = fmt.Errorf("%s %s from %s (%s): %w", proto, dst, h.Name, strings.Join(what, ", "), err)
 		r.Outcome = classify(err)
 		r.Elapsed = time.Since(start)
 		return r

@@ -13,6 +13,10 @@ var debugCommands = [][]string{
 	{"ip6tables-save"},
 	{"conntrack", "-L", "-f", "ipv4"},
 	{"conntrack", "-L", "-f", "ipv6"},
+	// Per-CPU conntrack statistics: a packet dropped at the table's
+	// insertion (insert_failed, drop: a clash) or seen as invalid leaves no
+	// entry to find above.
+	{"conntrack", "-S"},
 	{"ip", "-br", "addr"},
 	{"ip", "route"},
 	{"ip", "-6", "route"},

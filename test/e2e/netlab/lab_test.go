@@ -259,6 +259,12 @@ table inet netlab-test {
 				if r.Elapsed < DefaultTimeout*9/10 {
 					t.Errorf("timed out after only %v, timeout %v", r.Elapsed, DefaultTimeout)
 				}
+				// The unanswered socket's own address, to look it up in the
+				// nodes' conntrack tables: in the error, and in Local.
+				if !r.Local.IsValid() || r.Local.Port() == 0 || r.Local.Addr().Is4() != a.dst.Addr().Is4() ||
+					!strings.Contains(r.Err.Error(), r.Local.String()) {
+					t.Errorf("a timed-out %s attempt: local address %v, error %q; want the socket's address in both", a.proto, r.Local, r.Err)
+				}
 			}
 			t.Logf("%v", r)
 		})

@@ -160,7 +160,7 @@ func (m *socketMaker) close() {
 // dial connects a socket of the maker's host to dst, with IP_RECVERR set
 // (see recvErr), within ctx's deadline. Errors are as net.Dialer's: a
 // *net.OpError wrapping the errno, or os.ErrDeadlineExceeded.
-func (m *socketMaker) dial(ctx context.Context, network string, dst netip.AddrPort) (net.Conn, int, error) {
+func (m *socketMaker) dial(ctx context.Context, network string, dst netip.AddrPort) (net.Conn, connInfo, error) {
 	family, level, opt := unix.AF_INET6, unix.IPPROTO_IPV6, unix.IPV6_RECVERR
 	var sa unix.Sockaddr = &unix.SockaddrInet6{Addr: dst.Addr().As16(), Port: int(dst.Port())}
 	if a := dst.Addr().Unmap(); a.Is4() {
@@ -174,28 +174,27 @@ func (m *socketMaker) dial(ctx context.Context, network string, dst netip.AddrPo
 	opErr := func(err error) error {
 		return &net.OpError{Op: "dial", Net: network, Addr: net.TCPAddrFromAddrPort(dst), Err: err}
 	}
+	began := time.Now()
 	fd, err := m.socket(family, typ)
 	if err != nil {
-		return nil, 0, opErr(err)
+		return nil, connInfo{began: began}, opErr(err)
 	}
 	f := os.NewFile(uintptr(fd), "socket")
 	defer f.Close() // FileConn has its own descriptor
 	if err := unix.SetsockoptInt(fd, level, opt, 1); err != nil {
-		return nil, 0, opErr(os.NewSyscallError("setsockopt", err))
+		return nil, connInfo{began: began}, opErr(os.NewSyscallError("setsockopt", err))
 	}
 	err = connectWithin(ctx, fd, sa)
-	retrans := 0
-	if typ == unix.SOCK_STREAM {
-		retrans = fdRetrans(fd)
-	}
+	ci := socketInfo(fd, typ == unix.SOCK_STREAM)
+	ci.began = began
 	if err != nil {
-		return nil, retrans, opErr(err)
+		return nil, ci, opErr(err)
 	}
 	c, err := net.FileConn(f)
 	if err != nil {
-		return nil, retrans, opErr(err)
+		return nil, ci, opErr(err)
 	}
-	return c, retrans, nil
+	return c, ci, nil
 }
 
 // connectWithin connects the non-blocking socket fd to sa, waiting for
@@ -277,16 +276,47 @@ func (h *Host) connect(ctx context.Context, proto Protocol, dst netip.AddrPort) 
 	return conn, err
 }
 
-// connectCounted is connect, which also returns, for TCP, how many SYNs
-// the kernel sent again before the connect ended (Result.Retransmits),
-// whether it succeeded or not.
-func (h *Host) connectCounted(ctx context.Context, proto Protocol, dst netip.AddrPort) (net.Conn, int, error) {
+// connInfo is what the kernel says of a client socket once its connect
+// ended, whether it succeeded or not.
+type connInfo struct {
+	// retrans is, for TCP, how many SYNs the kernel sent again
+	// (Result.Retransmits).
+	retrans int
+	// local is the socket's own address and port: for a connect that
+	// failed, the tuple to look for in the nodes' conntrack tables.
+	local netip.AddrPort
+	// began is when the socket was about to be made: after the wait for
+	// a thread in the host's namespace, for the test process's sockets.
+	began time.Time
+}
+
+// socketInfo reads connInfo from socket fd.
+func socketInfo(fd int, tcp bool) connInfo {
+	var ci connInfo
+	if tcp {
+		ci.retrans = fdRetrans(fd)
+	}
+	if sa, err := unix.Getsockname(fd); err == nil {
+		switch sa := sa.(type) {
+		case *unix.SockaddrInet4:
+			ci.local = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
+		case *unix.SockaddrInet6:
+			ci.local = netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), uint16(sa.Port))
+		}
+	}
+	return ci
+}
+
+// connectCounted is connect, which also returns connInfo.
+func (h *Host) connectCounted(ctx context.Context, proto Protocol, dst netip.AddrPort) (net.Conn, connInfo, error) {
 	if h.sockets != nil {
 		return h.sockets.dial(ctx, string(proto), dst)
 	}
 	var conn net.Conn
-	retrans := 0
+	var ci connInfo
 	err := h.Do(func() error {
+		began := time.Now()
+		defer func() { ci.began = began }()
 		// A literal address means the dialer connects from this goroutine,
 		// hence from this namespace.
 		dup := -1
@@ -294,11 +324,9 @@ func (h *Host) connectCounted(ctx context.Context, proto Protocol, dst netip.Add
 			if err := recvErr(network, address, c); err != nil {
 				return err
 			}
-			if proto != TCP {
-				return nil
-			}
 			// A second descriptor of the socket, to read its TCP_INFO
-			// after a failed connect, which closes the dialer's.
+			// and address after a failed connect, which closes the
+			// dialer's.
 			var derr error
 			if err := c.Control(func(fd uintptr) { dup, derr = unix.Dup(int(fd)) }); err != nil {
 				return err
@@ -310,13 +338,13 @@ func (h *Host) connectCounted(ctx context.Context, proto Protocol, dst netip.Add
 		}}
 		c, err := d.DialContext(ctx, string(proto), dst.String())
 		if dup >= 0 {
-			retrans = fdRetrans(dup)
+			ci = socketInfo(dup, proto == TCP)
 			unix.Close(dup)
 		}
 		conn = c
 		return err
 	})
-	return conn, retrans, err
+	return conn, ci, err
 }
 
 // fdRetrans is the number of segments the kernel sent again on TCP socket
