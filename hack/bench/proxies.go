@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"regexp"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,9 +36,10 @@ type proxyKind struct {
 	// syncTook returns the duration a proxy's "synced" line gives its
 	// sync (false if the line has none).
 	syncTook func(line string) (time.Duration, bool)
-	// Group is the proxies it runs beside: the kpng backends with
+	// Group is the proxies it runs beside: a kpng backend with
 	// kube-proxy in the same mode ("nftables", "iptables"); kpng-ebpf
-	// alone ("ebpf"). Groups run one after the other (groupProxies).
+	// and kpng-nft-1s alone. Groups run one after the other
+	// (groupProxies).
 	Group string
 	// ebpf: the proxy needs a cgroup v2 and a BPF filesystem of its node
 	// (ebpfNode), and its probe client runs in that cgroup.
@@ -71,7 +71,10 @@ const nodeName = "bench-node"
 // not.
 var proxyKinds = []proxyKind{
 	kpngKind("kpng-nft", "kube-proxy-nftables", "to-nft", "--table=kpngbench"),
-	kpngKind("kpng-nft-1s", "kube-proxy-nftables", "to-nft", "--table=kpngbench", "--min-sync-period=1s"),
+	// Not beside kpng-nft: two kpng processes and kube-proxy's two
+	// proxiers loading 10,000 services at once on 2 cores gave each kpng
+	// half a core, and kpng-nft's cold start its twin's load as well.
+	inGroup("nftables-1s", kpngKind("kpng-nft-1s", "kube-proxy-nftables", "to-nft", "--table=kpngbench", "--min-sync-period=1s")),
 	kpngKind("kpng-iptables", "kube-proxy-iptables", "to-iptables"),
 	kubeProxyKind("kube-proxy-nftables", "nftables"),
 	kubeProxyKind("kube-proxy-iptables", "iptables"),
@@ -79,6 +82,12 @@ var proxyKinds = []proxyKind{
 	// are set beside kube-proxy's nftables mode, and its dataplane
 	// against the pod's IP (issue 21).
 	kpngKind("kpng-ebpf", "kube-proxy-nftables", "to-ebpf"),
+}
+
+// inGroup returns k running in group g instead of its mode's.
+func inGroup(g string, k proxyKind) proxyKind {
+	k.Group = g
+	return k
 }
 
 func kpngKind(name, reference, backend string, extra ...string) proxyKind {
@@ -89,12 +98,6 @@ func kpngKind(name, reference, backend string, extra ...string) proxyKind {
 		group = "iptables"
 	case ebpf:
 		group = "ebpf"
-	case slices.Contains(extra, "--min-sync-period=1s"):
-		// Not beside kpng-nft: two kpng processes and kube-proxy's two
-		// proxiers loading 10,000 services at once on 2 cores gave each
-		// kpng half a core, and kpng-nft's cold start the wall time of
-		// its twin's load as well as its own.
-		group = "nftables-1s"
 	}
 	return proxyKind{
 		Name: name, Reference: reference, ebpf: ebpf, Group: group,
@@ -179,7 +182,7 @@ func logDuration(key string) func(line string) (time.Duration, bool) {
 // proxy is one running proxy, in its own namespace.
 type proxy struct {
 	kind    proxyKind
-	index   int       // its place in proxyKinds: its address, ports and result
+	index   int       // its place in proxyKinds: its address and ports
 	ns      string    // the proxy's "node" namespace
 	podNS   string    // a pod namespace behind it, for the dataplane probe
 	ebpf    *ebpfNode // kpng-ebpf's cgroup and BPF filesystem
@@ -194,8 +197,8 @@ type proxy struct {
 
 	mu        sync.Mutex
 	firstSync time.Time
-	// listedSeen counts kind.listed's lines seen (each once); listedAt
-	// is when the last of them was.
+	// listedSeen marks kind.listed's lines seen; listedAt is when the
+	// last of them was.
 	listedSeen []bool
 	listedAt   time.Time
 	// firstSyncTook is the first complete sync's own duration, as its

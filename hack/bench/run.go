@@ -171,11 +171,7 @@ func runSize(ctx context.Context, cfg *config, n int) (res *SizeResult, err erro
 	// the same mode, not every proxy on the same cores at once.
 	groups := groupProxies(proxies, cfg.together)
 	for _, g := range groups {
-		var names []string
-		for _, p := range g {
-			names = append(names, p.kind.Name)
-		}
-		res.Groups = append(res.Groups, names)
+		res.Groups = append(res.Groups, names(g))
 	}
 	for _, g := range groups {
 		if err := runGroup(ctx, cfg, cl, g, res, kubeconfig, dir, probeVIP, tb); err != nil {
@@ -263,7 +259,7 @@ func runGroup(ctx context.Context, cfg *config, cl *cluster, proxies []*proxy, r
 		if !p.running() {
 			continue
 		}
-		r := res.Proxies[p.index]
+		r := res.proxy(p.kind.Name)
 		if err := probeProxy(p, r, []string{probeVIP, net.JoinHostPort(probePodIP, fmt.Sprint(endpointPort))}, cfg.probeFor); err != nil {
 			r.Error = joinErr(r.Error, err.Error())
 			continue
@@ -283,7 +279,7 @@ func runGroup(ctx context.Context, cfg *config, cl *cluster, proxies []*proxy, r
 		if p.ebpf == nil || !p.running() {
 			continue
 		}
-		r := res.Proxies[p.index]
+		r := res.proxy(p.kind.Name)
 		m, err := p.ebpf.mapsMemory()
 		if err != nil {
 			r.Error = joinErr(r.Error, fmt.Sprintf("BPF maps' memory: %v", err))
@@ -298,18 +294,18 @@ func runGroup(ctx context.Context, cfg *config, cl *cluster, proxies []*proxy, r
 	for _, p := range proxies {
 		u, err := p.usage()
 		if err != nil {
-			r := res.Proxies[p.index]
+			r := res.proxy(p.kind.Name)
 			r.Error = joinErr(r.Error, err.Error())
 			continue
 		}
-		res.Proxies[p.index].RSSEndMB = mb(u.RSSBytes)
-		res.Proxies[p.index].PeakRSSMB = mb(u.PeakRSSBytes)
+		r := res.proxy(p.kind.Name)
+		r.RSSEndMB, r.PeakRSSMB = mb(u.RSSBytes), mb(u.PeakRSSBytes)
 	}
 
 	// Where the rules are: the variant the iptables proxies really used.
 	status.set(n, "checking where each proxy's rules are")
 	for _, p := range proxies {
-		r := res.Proxies[p.index]
+		r := res.proxy(p.kind.Name)
 		legacy, tables, err := rulesWhere(p.ns)
 		if err != nil {
 			r.Error = joinErr(r.Error, err.Error())
@@ -329,7 +325,7 @@ func runGroup(ctx context.Context, cfg *config, cl *cluster, proxies []*proxy, r
 		p.stop()
 	}
 	for _, p := range proxies {
-		r := res.Proxies[p.index]
+		r := res.proxy(p.kind.Name)
 		if !r.RulesChecked || (r.LegacyNATRules == 0 && len(r.NftTables) == 0) {
 			continue // kpng-ebpf: no rules
 		}
@@ -367,13 +363,16 @@ func groupProxies(proxies []*proxy, together bool) [][]*proxy {
 	return groups
 }
 
-func groupNames(proxies []*proxy) string {
-	var names []string
-	for _, p := range proxies {
-		names = append(names, p.kind.Name)
+// names are the proxies' names, in order.
+func names(ps []*proxy) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.kind.Name)
 	}
-	return strings.Join(names, ", ")
+	return out
 }
+
+func groupNames(proxies []*proxy) string { return strings.Join(names(proxies), ", ") }
 
 // splitProbe is how long kpng-ebpf's probe of each target alone runs,
 // for its programs' time on that target's connections.
@@ -574,7 +573,6 @@ func waitColdStart(ctx context.Context, cfg *config, proxies []*proxy, res *Size
 	defer cancel()
 	var live []*proxy
 	for _, p := range proxies {
-		// By name: proxies may be one group of the run's.
 		r := res.proxy(p.kind.Name)
 		if err := p.waitFirstSync(wait); err != nil {
 			switch {

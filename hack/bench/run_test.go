@@ -95,14 +95,6 @@ func (exampleError) Error() string { return "exit status 1" }
 
 var errExample = exampleError{}
 
-func names(ps []*proxy) []string {
-	var out []string
-	for _, p := range ps {
-		out = append(out, p.kind.Name)
-	}
-	return out
-}
-
 // metricsServer serves the gauges drain reads: a proxy with nothing
 // pending whose last sync ended at lastSync.
 func metricsServer(t *testing.T, lastSync time.Time) string {
