@@ -98,6 +98,7 @@ type ProxyResult struct {
 	// (with its waited-for children's) and VmRSS read when its first
 	// complete sync was seen in its log.
 	ColdStartCPUSeconds float64 `json:"cold_start_cpu_seconds"`
+	RSSAfterStartMB     float64 `json:"rss_after_start_mb"`
 	// ColdStartSysCPUSeconds is the system (kernel) part of
 	// ColdStartCPUSeconds: loading the first ruleset is mostly that.
 	ColdStartSysCPUSeconds float64 `json:"cold_start_sys_cpu_seconds,omitempty"`
@@ -107,14 +108,15 @@ type ProxyResult struct {
 	// sync's own duration as its log line gives it. The rest of
 	// FirstSyncSeconds is between the two: computing before the sync,
 	// or waiting.
-	ListedSeconds float64 `json:"listed_seconds,omitempty"`
+	ListedSeconds        float64 `json:"listed_seconds,omitempty"`
+	FirstSyncTookSeconds float64 `json:"first_sync_took_seconds,omitempty"`
 	// Reload is the proxy's ruleset at the end of its group, loaded
 	// again alone into an empty namespace (nil: not measured).
-	Reload               *RulesetLoad `json:"reload,omitempty"`
-	FirstSyncTookSeconds float64      `json:"first_sync_took_seconds,omitempty"`
-	RSSAfterStartMB      float64      `json:"rss_after_start_mb"`
-	RSSEndMB             float64      `json:"rss_end_mb"`
-	PeakRSSMB            float64      `json:"peak_rss_mb"`
+	Reload *RulesetLoad `json:"reload,omitempty"`
+	// RSSEndMB and PeakRSSMB are VmRSS and VmHWM at the end of the
+	// proxy's group.
+	RSSEndMB  float64 `json:"rss_end_mb"`
+	PeakRSSMB float64 `json:"peak_rss_mb"`
 	// Phases are the workloads after the cold start: churn, burst,
 	// create, delete.
 	Phases map[string]*PhaseResult `json:"phases"`
@@ -262,7 +264,6 @@ func readResults(dir string) ([]*SizeResult, error) {
 	return out, nil
 }
 
-// proxy returns the named proxy's result, or nil.
 // RulesetLoad is what loading a saved ruleset into an empty namespace
 // took: wall time, and the loading commands' (nft -f, iptables-restore)
 // user and system CPU time; the system time is the kernel's work for it.
@@ -272,6 +273,7 @@ type RulesetLoad struct {
 	SysSeconds  float64 `json:"sys_seconds"`
 }
 
+// proxy returns the named proxy's result, or nil.
 func (r *SizeResult) proxy(name string) *ProxyResult {
 	for _, p := range r.Proxies {
 		if p.Name == name {

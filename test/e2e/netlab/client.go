@@ -141,9 +141,9 @@ func (h *Host) dial(ctx context.Context, start time.Time, proto Protocol, dst ne
 		var what []string
 		if ci.local.IsValid() {
 			what = append(what, ci.local.String())
-		}
-		if proto == TCP && ci.local.IsValid() {
-			what = append(what, fmt.Sprintf("%d SYN(s) sent again", ci.retrans))
+			if proto == TCP {
+				what = append(what, fmt.Sprintf("%d SYN(s) sent again", ci.retrans))
+			}
 		}
 		if ci.began.IsZero() {
 			what = append(what, "no socket made")
