@@ -19,6 +19,12 @@
 // OnSync cleans only after a successful sync that reset the state or set
 // an entry of the cleaner's family with a UDP port; [Cleaner.Clean] cleans
 // unconditionally and returns what it did.
+//
+// After a full sync (a repair, the first sync, a retry after a refused
+// transaction: any sync that may have put missing rules back), the cleanup
+// also deletes the TCP handshakes that were never NATed, which kube-proxy
+// leaves: a client reusing such a flow's tuple would not be NATed for two
+// minutes (see [Filter.WithHandshakes]).
 package conntrack
 
 import (
@@ -99,9 +105,10 @@ func NeedsCleanup(family localv1.IPFamily, state *backend.State, ch backend.Chan
 }
 
 // OnSync is a backend.Options.OnSync hook: it cleans after a successful
-// sync that needs it (see NeedsCleanup), and logs a failure. Its filter
-// follows the changes, so a sync that changed one service costs one
-// service's work plus the table dump, whatever the number of services.
+// sync that needs it (see NeedsCleanup), or that was full (then also the
+// TCP handshakes never NATed, as CleanAfterFullSync), and logs a failure.
+// Its filter follows the changes, so a sync that changed one service costs
+// one service's work plus the table dump, whatever the number of services.
 func (c *Cleaner) OnSync(res backend.SyncResult) {
 	if res.Err != nil {
 		return
@@ -111,10 +118,14 @@ func (c *Cleaner) OnSync(res backend.SyncResult) {
 	} else {
 		c.filter.Update(res.State, res.Changes)
 	}
-	if !NeedsCleanup(c.family, res.State, res.Changes, c.SCTP) {
+	filter := c.filter
+	switch {
+	case res.Full:
+		filter = filter.WithHandshakes(res.State)
+	case !NeedsCleanup(c.family, res.State, res.Changes, c.SCTP):
 		return
 	}
-	if _, err := c.clean(c.filter); err != nil {
+	if _, err := c.clean(filter); err != nil {
 		klog.ErrorS(err, "Failed to clean stale conntrack entries", "ipFamily", metrics.FamilyLabel(c.family))
 	}
 }
@@ -128,6 +139,12 @@ const maxAttempts = 3
 // conntrack_reconciler metrics.
 func (c *Cleaner) Clean(state *backend.State) (Result, error) {
 	return c.clean(NewFilter(state, c.family, c.SCTP))
+}
+
+// CleanAfterFullSync is Clean as OnSync does it after a full sync: it
+// also deletes the TCP handshakes never NATed (see Filter.WithHandshakes).
+func (c *Cleaner) CleanAfterFullSync(state *backend.State) (Result, error) {
+	return c.clean(NewFilter(state, c.family, c.SCTP).WithHandshakes(state))
 }
 
 func (c *Cleaner) clean(filter *Filter) (Result, error) {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -249,5 +250,163 @@ func TestCleanDeletesExactlyTheStaleFlows(t *testing.T) {
 	// Nothing left to do: a second cleanup deletes nothing.
 	if res, err := c.Clean(labState()); err != nil || res.Deleted != 0 {
 		t.Errorf("second cleanup: %+v, %v", res, err)
+	}
+}
+
+// A TCP handshake made while the service's rules were missing (but the NAT
+// hook was there, so conntrack gave it a null binding) is never NATed:
+// once the rules are back, a client reusing its tuple is not NATed either,
+// until the entry expires. A full sync's cleanup deletes it (and
+// nothing NATed); other syncs leave TCP alone.
+//
+// The lab, in one private namespace: service 10.96.0.30:80, routed to a
+// veth (with a made-up neighbor) whose peer, in the same namespace, does
+// not forward: a SYN vanishes there, after conntrack confirmed its entry,
+// as long as no DNAT rule exists. Its
+// endpoint 10.98.0.2:8080 on the loopback; the client's address 10.99.0.1.
+func TestFullSyncDeletesHandshakesNeverNATed(t *testing.T) {
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Fatalf("nft is needed to install the lab's DNAT rule: %v", err)
+	}
+	lab := netnstest.New(t, "cths")
+	if err := lab.IPBatch(
+		"link add kpngct0 type veth peer name kpngct1",
+		"link set kpngct0 up",
+		"link set kpngct1 up",
+		"addr add 10.99.0.1/32 dev kpngct0",
+		"route add 10.96.0.30/32 dev kpngct0 src 10.99.0.1",
+		"neigh replace 10.96.0.30 lladdr 02:00:00:00:00:01 dev kpngct0 nud permanent",
+		"addr add 10.98.0.2/32 dev lo",
+	); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var closers []io.Closer
+	keep := func(c io.Closer) {
+		mu.Lock()
+		defer mu.Unlock()
+		closers = append(closers, c)
+	}
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range closers {
+			c.Close()
+		}
+	})
+	if err := lab.Do(func() error {
+		l, err := net.Listen("tcp4", "10.98.0.2:8080")
+		if err != nil {
+			return err
+		}
+		keep(l)
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				keep(c)
+			}
+		}()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const port = 40123 // the client's source port, reused
+	dial := func(localPort int, timeout time.Duration) error {
+		return lab.Do(func() error {
+			d := net.Dialer{Timeout: timeout, LocalAddr: &net.TCPAddr{IP: net.IPv4(10, 99, 0, 1), Port: localPort}}
+			c, err := d.Dial("tcp4", "10.96.0.30:80")
+			if err != nil {
+				return err
+			}
+			keep(c)
+			return nil
+		})
+	}
+	// The table's NAT hook exists, its service rule is missing (a chain
+	// flushed, a rule deleted), and a rule of the table uses conntrack
+	// (as a proxy's masquerade and ct state rules do; an empty NAT chain
+	// alone does not enable it): the first SYN gets conntrack's null
+	// binding, and vanishes.
+	if out, err := lab.RunInput(`table ip kpngcths {
+	chain out {
+		type nat hook output priority -100; policy accept;
+	}
+	chain filter-out {
+		type filter hook output priority 0; policy accept;
+		ct state invalid drop
+	}
+}
+`, "nft", "-f", "-"); err != nil {
+		t.Fatalf("nft: %v: %s", err, out)
+	}
+	if err := dial(port, 300*time.Millisecond); err == nil {
+		t.Fatal("the SYN sent before the rule existed was answered: the lab has no black hole")
+	}
+	if out, err := lab.Run("nft", "add", "rule", "ip", "kpngcths", "out", "ip", "daddr", "10.96.0.30", "tcp", "dport", "80", "dnat", "to", "10.98.0.2:8080"); err != nil {
+		t.Fatalf("nft: %v: %s", err, out)
+	}
+	// The rule works for a new tuple, and that NATed flow must survive.
+	if err := dial(port+1, 5*time.Second); err != nil {
+		t.Fatalf("a new tuple through the rule: %v", err)
+	}
+	// The premise: the old tuple meets its un-NATed entry and is lost.
+	if err := dial(port, time.Second); err == nil {
+		out, _ := lab.Run("conntrack", "-L")
+		t.Fatalf("the reused tuple was answered although its entry was never NATed: the kernel no longer shows the problem this test guards\n%s", out)
+	}
+
+	ns, err := netns.GetFromPath(lab.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_NETFILTER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	tcp := uint8(unix.IPPROTO_TCP)
+	neverNATed := flowKey{tcp, "10.96.0.30", 80, "10.96.0.30", 80}
+	natted := flowKey{tcp, "10.96.0.30", 80, "10.98.0.2", 8080}
+	has := func(k flowKey) bool {
+		t.Helper()
+		flows, err := h.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
+		if err != nil {
+			t.Fatalf("list conntrack: %v", err)
+		}
+		return slices.Contains(keys(flows), k)
+	}
+	if !has(neverNATed) || !has(natted) {
+		t.Fatalf("the lab did not make both flows (never NATed %v, NATed %v)", has(neverNATed), has(natted))
+	}
+
+	st := backend.NewState("n1")
+	k := backend.ServiceKey{Namespace: "ns", Name: "web", Family: localv1.IPFamily_IPV4}
+	st.Services[k] = &localv1.ServiceEndpoints{
+		Service: &localv1.Service{Namespace: "ns", Name: "web", Family: localv1.IPFamily_IPV4, ClusterIp: "10.96.0.30",
+			Ports: []*localv1.ServicePort{{Name: "http", Protocol: localv1.Protocol_TCP, Port: 80}}},
+		Endpoints: []*localv1.Endpoint{{PortName: "http", Protocol: localv1.Protocol_TCP, Ip: "10.98.0.2", Port: 8080, Ready: true, Serving: true}},
+	}
+	c, err := NewCleanerAt(localv1.IPFamily_IPV4, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.OnSync(backend.SyncResult{State: st, Changes: backend.Changes{Set: []backend.ServiceKey{k}}})
+	if !has(neverNATed) {
+		t.Fatal("a sync of changes deleted a TCP flow")
+	}
+	c.OnSync(backend.SyncResult{State: st, Changes: backend.Changes{Resync: true}, Full: true})
+	if has(neverNATed) {
+		t.Error("the handshake never NATed survived a full sync's cleanup")
+	}
+	if !has(natted) {
+		t.Error("the full sync's cleanup deleted a NATed flow")
+	}
+	if err := dial(port, 5*time.Second); err != nil {
+		t.Errorf("the reused tuple after the cleanup: %v", err)
 	}
 }

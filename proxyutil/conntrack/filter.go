@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
 	"github.com/kpng/kpng/api/localv1"
@@ -26,6 +27,9 @@ type target struct {
 //
 // Service ports without any serving endpoint are left alone, as kube-proxy
 // does. It implements netlink.CustomConntrackFilter.
+//
+// A filter made by [Filter.WithHandshakes] also matches TCP handshakes that
+// were never NATed; see there.
 type Filter struct {
 	family localv1.IPFamily
 	sctp   bool
@@ -35,6 +39,9 @@ type Filter struct {
 	nodePorts map[target]*epSet
 	// what each entry put in the maps, to take it out again
 	owned map[backend.ServiceKey][]owned
+	// handshakes, if not nil, are the TCP service targets with a serving
+	// endpoint (node ports with the address left zero): see WithHandshakes.
+	handshakes map[target]bool
 }
 
 type epSet struct{ eps map[netip.AddrPort]bool }
@@ -142,9 +149,67 @@ func (f *Filter) set(k backend.ServiceKey, se *localv1.ServiceEndpoints) {
 	}
 }
 
+// WithHandshakes returns f (sharing its maps, so f must not change while
+// the result is used) that also matches, for state's TCP service ports
+// with a serving endpoint, the flows never NATed whose handshake is still
+// unanswered (conntrack state SYN_SENT, reply source the original
+// destination). Such a flow began while the rules of its service were
+// missing: before a repair put them back, before the first sync over an
+// absent table, during a refused transaction. NAT is decided on a flow's
+// first packet only, so a client that reuses the flow's tuple (a SYN sent
+// again, or a new socket that drew the same source port) meets the entry
+// and is not NATed: its connection cannot succeed until the entry expires,
+// two minutes later. Established flows are kept: something answered them.
+//
+// A cleanup after a full sync (one that may have put missing rules back)
+// uses it; building it is one pass over state.
+func (f *Filter) WithHandshakes(state *backend.State) *Filter {
+	g := *f
+	g.handshakes = map[target]bool{}
+	for k, se := range state.Services {
+		if k.Family != f.family {
+			continue
+		}
+		svc := se.Service
+		for _, p := range svc.Ports {
+			if p.Protocol != localv1.Protocol_TCP || !serving(se.Endpoints, p) {
+				continue
+			}
+			add := func(ip string) {
+				if a, err := netip.ParseAddr(ip); err == nil {
+					g.handshakes[target{unix.IPPROTO_TCP, netip.AddrPortFrom(a.Unmap(), uint16(p.Port))}] = true
+				}
+			}
+			add(svc.ClusterIp)
+			for _, ip := range svc.ExternalIps {
+				add(ip)
+			}
+			for _, ip := range svc.LoadBalancerIps {
+				add(ip)
+			}
+			if p.NodePort != 0 {
+				g.handshakes[target{unix.IPPROTO_TCP, netip.AddrPortFrom(netip.Addr{}, uint16(p.NodePort))}] = true
+			}
+		}
+	}
+	return &g
+}
+
+// serving reports whether an endpoint of eps serves port p.
+func serving(eps []*localv1.Endpoint, p *localv1.ServicePort) bool {
+	for _, ep := range eps {
+		if ep.PortName == p.Name && ep.Protocol == p.Protocol && (ep.Serving || ep.Ready) {
+			return true
+		}
+	}
+	return false
+}
+
 // Empty reports whether no flow can match: the cleanup can skip listing
 // the table.
-func (f *Filter) Empty() bool { return len(f.services) == 0 && len(f.nodePorts) == 0 }
+func (f *Filter) Empty() bool {
+	return len(f.services) == 0 && len(f.nodePorts) == 0 && len(f.handshakes) == 0
+}
 
 // MatchConntrackFlow reports whether flow is stale.
 func (f *Filter) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
@@ -157,6 +222,10 @@ func (f *Filter) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
 	if !ok {
 		return false
 	}
+	if proto == unix.IPPROTO_TCP {
+		return f.handshakes != nil && replySrc == dst && synSent(flow) &&
+			(f.handshakes[target{proto, dst}] || f.handshakes[target{proto, netip.AddrPortFrom(netip.Addr{}, dst.Port())}])
+	}
 	if set, ok := f.services[target{proto, dst}]; ok && !set.eps[replySrc] {
 		return true
 	}
@@ -164,6 +233,12 @@ func (f *Filter) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
 		return true
 	}
 	return false
+}
+
+// synSent reports whether flow is a TCP handshake with no answer yet.
+func synSent(flow *netlink.ConntrackFlow) bool {
+	tcp, ok := flow.ProtoInfo.(*netlink.ProtoInfoTCP)
+	return ok && tcp.State == nl.TCP_CONNTRACK_SYN_SENT
 }
 
 func addrPort(ip net.IP, port uint16) (netip.AddrPort, bool) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 
@@ -120,6 +121,70 @@ func TestFilter(t *testing.T) {
 	}
 	if withSCTP.MatchConntrackFlow(flow(udp, "10.2.0.1", "10.96.0.10", 9, "10.1.0.99", 99)) {
 		t.Errorf("with SCTP: the SCTP port matched a UDP flow")
+	}
+}
+
+// synSentFlow is flow in TCP state SYN_SENT.
+func synSentFlow(src, dst string, dport uint16, replySrc string, sport uint16) *netlink.ConntrackFlow {
+	f := flow(unix.IPPROTO_TCP, src, dst, dport, replySrc, sport)
+	f.ProtoInfo = &netlink.ProtoInfoTCP{State: nl.TCP_CONNTRACK_SYN_SENT}
+	return f
+}
+
+func TestFilterHandshakes(t *testing.T) {
+	st := testState()
+	v4 := localv1.IPFamily_IPV4
+	// down: a TCP service whose only endpoint is not serving.
+	st.Services[backend.ServiceKey{Namespace: "ns", Name: "down", Family: v4}] = &localv1.ServiceEndpoints{
+		Service: &localv1.Service{Namespace: "ns", Name: "down", Family: v4, ClusterIp: "10.96.0.30",
+			Ports: []*localv1.ServicePort{{Name: "tcp", Protocol: localv1.Protocol_TCP, Port: 80, NodePort: 30080}}},
+		Endpoints: []*localv1.Endpoint{ep("tcp", "10.1.0.9", 8080, false, false)},
+	}
+	established := synSentFlow("10.2.0.1", "10.96.0.10", 53, "10.96.0.10", 53)
+	established.ProtoInfo = &netlink.ProtoInfoTCP{State: nl.TCP_CONNTRACK_ESTABLISHED}
+	noState := flow(unix.IPPROTO_TCP, "10.2.0.1", "10.96.0.10", 53, "10.96.0.10", 53)
+	for _, tc := range []struct {
+		name  string
+		flow  *netlink.ConntrackFlow
+		stale bool
+	}{
+		{"a handshake to a cluster IP never NATed is stale", synSentFlow("10.2.0.1", "10.96.0.10", 53, "10.96.0.10", 53), true},
+		{"to an external IP", synSentFlow("198.51.100.1", "192.0.2.50", 53, "192.0.2.50", 53), true},
+		{"to a load-balancer IP", synSentFlow("198.51.100.1", "203.0.113.7", 53, "203.0.113.7", 53), true},
+		{"to a node port on any address", synSentFlow("198.51.100.1", "192.0.2.10", 30054, "192.0.2.10", 30054), true},
+		{"a NATed handshake is kept", synSentFlow("10.2.0.1", "10.96.0.10", 53, "10.1.0.1", 5353), false},
+		{"a NATed handshake to a gone endpoint is kept (TCP ends by itself)", synSentFlow("10.2.0.1", "10.96.0.10", 53, "10.1.0.99", 5353), false},
+		{"an established flow never NATed is kept: something answered", established, false},
+		{"a flow without TCP state is kept", noState, false},
+		{"a service port without serving endpoints is left alone", synSentFlow("10.2.0.1", "10.96.0.30", 80, "10.96.0.30", 80), false},
+		{"its node port too", synSentFlow("198.51.100.1", "192.0.2.10", 30080, "192.0.2.10", 30080), false},
+		{"a port the service does not have", synSentFlow("10.2.0.1", "10.96.0.10", 54, "10.96.0.10", 54), false},
+		{"an unrelated address", synSentFlow("10.2.0.1", "10.3.0.1", 53, "10.3.0.1", 53), false},
+		{"UDP is still judged by its endpoints", flow(unix.IPPROTO_UDP, "10.2.0.1", "10.96.0.10", 53, "10.96.0.10", 53), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := NewFilter(st, v4, false)
+			if got := f.WithHandshakes(st).MatchConntrackFlow(tc.flow); got != tc.stale {
+				t.Errorf("after a full sync: stale = %v, want %v (%s)", got, tc.stale, tc.flow)
+			}
+			// Other syncs leave TCP alone, and WithHandshakes left f as it was.
+			if tc.flow.Forward.Protocol == unix.IPPROTO_TCP && f.MatchConntrackFlow(tc.flow) {
+				t.Errorf("without handshakes: a TCP flow is stale (%s)", tc.flow)
+			}
+		})
+	}
+	v6 := NewFilter(st, localv1.IPFamily_IPV6, false).WithHandshakes(st)
+	if v6.MatchConntrackFlow(synSentFlow("10.2.0.1", "10.96.0.10", 53, "10.96.0.10", 53)) {
+		t.Errorf("the IPv6 filter matched an IPv4 service's handshake")
+	}
+	// A state with only TCP services: nothing for UDP, but the table must
+	// still be listed after a full sync.
+	tcpOnly := backend.NewState("n1")
+	k := backend.ServiceKey{Namespace: "ns", Name: "dns", Family: v4}
+	tcpOnly.Services[k] = st.Services[k]
+	tcpOnly.Services[k].Service.Ports = tcpOnly.Services[k].Service.Ports[1:2]
+	if f := NewFilter(tcpOnly, v4, false); !f.Empty() || f.WithHandshakes(tcpOnly).Empty() {
+		t.Errorf("TCP only: Empty() = %v, with handshakes %v; want true, false", f.Empty(), f.WithHandshakes(tcpOnly).Empty())
 	}
 }
 
