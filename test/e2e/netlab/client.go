@@ -117,21 +117,29 @@ func (h *Host) UDP(dst netip.AddrPort) Result {
 // ephemeral source port, hence a new conntrack entry. The whole attempt,
 // connect and read, is bounded by timeout.
 func (h *Host) Dial(proto Protocol, dst netip.AddrPort, timeout time.Duration) Result {
+	return h.DialFrom(proto, 0, dst, timeout)
+}
+
+// DialFrom is Dial from source port port (0: an ephemeral one, as Dial).
+// A second attempt from the same port reuses the first's conntrack tuple,
+// as a client whose handshake is sent again does, or one whose new socket
+// drew the same port.
+func (h *Host) DialFrom(proto Protocol, port uint16, dst netip.AddrPort, timeout time.Duration) Result {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return h.dial(ctx, start, proto, dst)
+	return h.dial(ctx, start, proto, port, dst)
 }
 
-// dial is Dial, bounded by ctx: its end, a deadline or a cancellation,
+// dial is DialFrom, bounded by ctx: its end, a deadline or a cancellation,
 // ends the attempt (connect, send and read). Result.Elapsed counts from
 // start, taken before ctx's deadline was set: a goroutine descheduled
 // between the two would otherwise see a timeout come "early" by as long
 // as it stood still (a drop timed out after 888 ms of a 1 s timeout, at
 // load 12).
-func (h *Host) dial(ctx context.Context, start time.Time, proto Protocol, dst netip.AddrPort) Result {
+func (h *Host) dial(ctx context.Context, start time.Time, proto Protocol, port uint16, dst netip.AddrPort) Result {
 	var r Result
-	conn, ci, err := h.connectCounted(ctx, proto, dst)
+	conn, ci, err := h.connectCounted(ctx, proto, port, dst)
 	r.Retransmits = ci.retrans
 	if err != nil {
 		// The socket's address and its retransmissions: the tuple to look
@@ -216,7 +224,7 @@ func (h *Host) Probe(proto Protocol, dst netip.AddrPort) Result {
 func (h *Host) probe(proto Protocol, dst netip.AddrPort, wait time.Duration) Result {
 	start := time.Now()
 	p := startPatience(wait)
-	r := h.dial(p.ctx, start, proto, dst)
+	r := h.dial(p.ctx, start, proto, 0, dst)
 	p.stop()
 	if r.Outcome != OK && p.spent() {
 		// Ended by the patience's cancellation, which the dialer reports

@@ -157,15 +157,18 @@ func (m *socketMaker) close() {
 	m.conn.Close()
 }
 
-// dial connects a socket of the maker's host to dst, with IP_RECVERR set
-// (see recvErr), within ctx's deadline. Errors are as net.Dialer's: a
-// *net.OpError wrapping the errno, or os.ErrDeadlineExceeded.
-func (m *socketMaker) dial(ctx context.Context, network string, dst netip.AddrPort) (net.Conn, connInfo, error) {
+// dial connects a socket of the maker's host, from source port port (0:
+// an ephemeral one), to dst, with IP_RECVERR set (see recvErr), within
+// ctx's deadline. Errors are as net.Dialer's: a *net.OpError wrapping the
+// errno, or os.ErrDeadlineExceeded.
+func (m *socketMaker) dial(ctx context.Context, network string, port uint16, dst netip.AddrPort) (net.Conn, connInfo, error) {
 	family, level, opt := unix.AF_INET6, unix.IPPROTO_IPV6, unix.IPV6_RECVERR
 	var sa unix.Sockaddr = &unix.SockaddrInet6{Addr: dst.Addr().As16(), Port: int(dst.Port())}
+	var local unix.Sockaddr = &unix.SockaddrInet6{Port: int(port)}
 	if a := dst.Addr().Unmap(); a.Is4() {
 		family, level, opt = unix.AF_INET, unix.IPPROTO_IP, unix.IP_RECVERR
 		sa = &unix.SockaddrInet4{Addr: a.As4(), Port: int(dst.Port())}
+		local = &unix.SockaddrInet4{Port: int(port)}
 	}
 	typ := unix.SOCK_STREAM
 	if strings.HasPrefix(network, "udp") {
@@ -183,6 +186,11 @@ func (m *socketMaker) dial(ctx context.Context, network string, dst netip.AddrPo
 	defer f.Close() // FileConn has its own descriptor
 	if err := unix.SetsockoptInt(fd, level, opt, 1); err != nil {
 		return nil, connInfo{began: began}, opErr(os.NewSyscallError("setsockopt", err))
+	}
+	if port != 0 {
+		if err := unix.Bind(fd, local); err != nil {
+			return nil, connInfo{began: began}, opErr(os.NewSyscallError("bind", err))
+		}
 	}
 	err = connectWithin(ctx, fd, sa)
 	ci := socketInfo(fd, typ == unix.SOCK_STREAM)
@@ -272,7 +280,7 @@ func errQueue(fd int) unix.Errno {
 // (its socket maker's) in a lab with cgroups, else one the test process
 // opens in h's namespace. IP_RECVERR is set either way (see recvErr).
 func (h *Host) connect(ctx context.Context, proto Protocol, dst netip.AddrPort) (net.Conn, error) {
-	conn, _, err := h.connectCounted(ctx, proto, dst)
+	conn, _, err := h.connectCounted(ctx, proto, 0, dst)
 	return conn, err
 }
 
@@ -307,10 +315,11 @@ func socketInfo(fd int, tcp bool) connInfo {
 	return ci
 }
 
-// connectCounted is connect, which also returns connInfo.
-func (h *Host) connectCounted(ctx context.Context, proto Protocol, dst netip.AddrPort) (net.Conn, connInfo, error) {
+// connectCounted is connect from source port port (0: an ephemeral one),
+// which also returns connInfo.
+func (h *Host) connectCounted(ctx context.Context, proto Protocol, port uint16, dst netip.AddrPort) (net.Conn, connInfo, error) {
 	if h.sockets != nil {
-		return h.sockets.dial(ctx, string(proto), dst)
+		return h.sockets.dial(ctx, string(proto), port, dst)
 	}
 	var conn net.Conn
 	var ci connInfo
@@ -320,7 +329,7 @@ func (h *Host) connectCounted(ctx context.Context, proto Protocol, dst netip.Add
 		// A literal address means the dialer connects from this goroutine,
 		// hence from this namespace.
 		dup := -1
-		d := net.Dialer{Control: func(network, address string, c syscall.RawConn) error {
+		d := net.Dialer{LocalAddr: localAddr(proto, port), Control: func(network, address string, c syscall.RawConn) error {
 			if err := recvErr(network, address, c); err != nil {
 				return err
 			}
@@ -345,6 +354,18 @@ func (h *Host) connectCounted(ctx context.Context, proto Protocol, dst netip.Add
 		return err
 	})
 	return conn, ci, err
+}
+
+// localAddr is the address a dialer binds to for source port port: none
+// (an ephemeral port) if 0.
+func localAddr(proto Protocol, port uint16) net.Addr {
+	switch {
+	case port == 0:
+		return nil
+	case proto == UDP:
+		return &net.UDPAddr{Port: int(port)}
+	}
+	return &net.TCPAddr{Port: int(port)}
 }
 
 // fdRetrans is the number of segments the kernel sent again on TCP socket
