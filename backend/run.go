@@ -60,7 +60,10 @@ type Options struct {
 	// when it decides within Sync: one that checks the kernel cheaply on a
 	// Resync and rewrites only when the check fails, or that turns a
 	// partial sync into a full one after a conflict. Without it, a sync is
-	// full when it was asked to be (Changes.Reset or Changes.Resync).
+	// full when it was asked to be (Changes.Reset or Changes.Resync). A
+	// sync that put missing rules back must be reported full: the conntrack
+	// cleaner (proxyutil/conntrack) then deletes the handshakes that began
+	// while they were missing, which NAT would otherwise never see again.
 	LastSyncFull func() bool
 	// Logger receives Run's log lines; nil means slog.Default(). A line of
 	// klog verbosity n is logged at slog.Level(-n), as logr's slog bridge

@@ -17,7 +17,8 @@ import (
 // on the host): the metrics recorder of mode (metrics.ModeNFTables, ...)
 // and, unless their address is empty, the /metrics server and the
 // /healthz and /livez server; the services' health-check listeners; and,
-// unless c.DryRun, the stale UDP conntrack cleaners of families. It
+// unless c.DryRun, the conntrack cleaners of families (stale UDP flows,
+// and after a full sync the TCP handshakes never NATed). It
 // returns the driver options that feed them, with c's sync periods. The
 // servers stop when ctx ends.
 func StartHelpers(ctx context.Context, mode string, c *Config, families []localv1.IPFamily) (backend.Options, error) {
@@ -27,7 +28,7 @@ func StartHelpers(ctx context.Context, mode string, c *Config, families []localv
 // HelperOptions tunes StartHelpers for a backend whose dataplane differs
 // from kube-proxy's netfilter modes.
 type HelperOptions struct {
-	// NoConntrackCleaner: start no stale UDP conntrack cleaner, for a
+	// NoConntrackCleaner: start no conntrack cleaner, for a
 	// backend that makes no conntrack NAT entries (the cleaner deletes
 	// flows whose original destination is a service address, which such
 	// a backend never leaves to conntrack).
