@@ -118,8 +118,12 @@ type durations struct {
 	idleConns                   int
 }
 
+// fullRun reports whether this is hack/faults.sh's run (KPNG_FAULTS_FULL=1):
+// the durations, and the speed targets judged.
+func fullRun() bool { return os.Getenv("KPNG_FAULTS_FULL") == "1" }
+
 func faultDurations() durations {
-	if os.Getenv("KPNG_FAULTS_FULL") == "1" {
+	if fullRun() {
 		return durations{churn: 60 * time.Second, createDelete: 60 * time.Second, outage: 30 * time.Second, idleConns: 1000}
 	}
 	return durations{churn: 10 * time.Second, createDelete: 10 * time.Second, outage: 5 * time.Second, idleConns: 1000}
