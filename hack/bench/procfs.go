@@ -20,6 +20,10 @@ type ProcUsage struct {
 	// SysSeconds is the system (kernel) part of CPUSeconds: the
 	// process's and those children's stime.
 	SysSeconds float64
+	// ChildSysSeconds is the children's part of SysSeconds (cstime): the
+	// kernel's work for the rules a child loaded, where the rest is the
+	// process's own (its netlink writes, page faults, network reads).
+	ChildSysSeconds float64
 	// RSSBytes and PeakRSSBytes are VmRSS and VmHWM.
 	RSSBytes, PeakRSSBytes int64
 }
@@ -31,7 +35,7 @@ func readProcUsage(pid int) (ProcUsage, error) {
 	if err != nil {
 		return u, err
 	}
-	if u.CPUSeconds, u.SysSeconds, err = parseStatCPU(string(stat)); err != nil {
+	if u.CPUSeconds, u.SysSeconds, u.ChildSysSeconds, err = parseStatCPU(string(stat)); err != nil {
 		return u, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 	}
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -45,32 +49,35 @@ func readProcUsage(pid int) (ProcUsage, error) {
 }
 
 // parseStatCPU returns utime+stime+cutime+cstime (fields 14 to 17 of
-// proc(5)) and stime+cstime, in seconds. The command name (field 2) is in
-// parentheses and may hold spaces and parentheses, so fields are counted
-// from its last ')'.
-func parseStatCPU(stat string) (total, sys float64, err error) {
+// proc(5)), stime+cstime and cstime, in seconds. The command name (field
+// 2) is in parentheses and may hold spaces and parentheses, so fields are
+// counted from its last ')'.
+func parseStatCPU(stat string) (total, sys, childSys float64, err error) {
 	end := strings.LastIndexByte(stat, ')')
 	if end < 0 {
-		return 0, 0, fmt.Errorf("no command name")
+		return 0, 0, 0, fmt.Errorf("no command name")
 	}
 	// After ')': field 3 (state) onwards.
 	f := strings.Fields(stat[end+1:])
 	const first, last = 14 - 3, 17 - 3
 	if len(f) <= last {
-		return 0, 0, fmt.Errorf("%d fields after the command name, want more than %d", len(f), last)
+		return 0, 0, 0, fmt.Errorf("%d fields after the command name, want more than %d", len(f), last)
 	}
-	var ticks, sysTicks int64
+	var ticks, sysTicks, childSysTicks int64
 	for i, s := range f[first : last+1] {
 		v, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return 0, 0, fmt.Errorf("cpu time %q: %w", s, err)
+			return 0, 0, 0, fmt.Errorf("cpu time %q: %w", s, err)
 		}
 		ticks += v
 		if i%2 == 1 { // stime, cstime
 			sysTicks += v
 		}
+		if i == 3 { // cstime
+			childSysTicks = v
+		}
 	}
-	return float64(ticks) / clockTicks, float64(sysTicks) / clockTicks, nil
+	return float64(ticks) / clockTicks, float64(sysTicks) / clockTicks, float64(childSysTicks) / clockTicks, nil
 }
 
 // parseStatusRSS returns VmRSS and VmHWM, in bytes.

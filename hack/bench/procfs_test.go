@@ -9,7 +9,7 @@ func TestParseStatCPU(t *testing.T) {
 	// proc(5): utime 14, stime 15, cutime 16, cstime 17. The command name
 	// holds a space and a parenthesis, which must not shift the fields.
 	stat := "4242 (kube proxy) R 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 120 80 20 0 12 0 100 1000 200 18446744073709551615"
-	got, sys, err := parseStatCPU(stat)
+	got, sys, childSys, err := parseStatCPU(stat)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,8 +19,11 @@ func TestParseStatCPU(t *testing.T) {
 	if want := (50 + 80) / 100.0; sys != want {
 		t.Errorf("system cpu = %v, want %v (stime + cstime)", sys, want)
 	}
+	if want := 80 / 100.0; childSys != want {
+		t.Errorf("children's system cpu = %v, want %v (cstime)", childSys, want)
+	}
 	for _, bad := range []string{"", "1 (x) R 1 2", "1 (x) R 1 2 3 4 5 6 7 8 9 10 x 1 1 1 1"} {
-		if _, _, err := parseStatCPU(bad); err == nil {
+		if _, _, _, err := parseStatCPU(bad); err == nil {
 			t.Errorf("parseStatCPU(%q) succeeded, want an error", bad)
 		}
 	}

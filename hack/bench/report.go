@@ -313,6 +313,7 @@ func sizeSection(b *strings.Builder, r *SizeResult) {
 	row("cold start: the first sync's own time (s)", func(p *ProxyResult) float64 { return nz(p.FirstSyncTookSeconds) }, f1)
 	row("cold start: CPU until that sync (s)", func(p *ProxyResult) float64 { return nz(p.ColdStartCPUSeconds) }, f1)
 	row("cold start: of which the kernel's (s)", func(p *ProxyResult) float64 { return nz(p.ColdStartSysCPUSeconds) }, f1)
+	row("cold start: of which the kernel's for its children (s)", func(p *ProxyResult) float64 { return nz(p.ColdStartChildSysCPUSeconds) }, f1)
 	reload := func(get func(*RulesetLoad) float64) func(*ProxyResult) float64 {
 		return func(p *ProxyResult) float64 {
 			if p.Reload == nil {

@@ -102,6 +102,10 @@ type ProxyResult struct {
 	// ColdStartSysCPUSeconds is the system (kernel) part of
 	// ColdStartCPUSeconds: loading the first ruleset is mostly that.
 	ColdStartSysCPUSeconds float64 `json:"cold_start_sys_cpu_seconds,omitempty"`
+	// ColdStartChildSysCPUSeconds is the children's part of
+	// ColdStartSysCPUSeconds (nft, iptables-restore): the rest is the
+	// process's own (netlink writes, page faults, reading the API).
+	ColdStartChildSysCPUSeconds float64 `json:"cold_start_child_sys_cpu_seconds,omitempty"`
 	// ListedSeconds is the time from process start until the proxy's
 	// log said it had listed every object its first sync needs from the
 	// API server (0: not seen); FirstSyncTookSeconds is that first

@@ -594,6 +594,7 @@ func waitColdStart(ctx context.Context, cfg *config, proxies []*proxy, res *Size
 		} else {
 			r.ColdStartCPUSeconds = u.CPUSeconds
 			r.ColdStartSysCPUSeconds = u.SysSeconds
+			r.ColdStartChildSysCPUSeconds = u.ChildSysSeconds
 			r.RSSAfterStartMB = mb(u.RSSBytes)
 		}
 		listed, took := p.coldStartSplit()
