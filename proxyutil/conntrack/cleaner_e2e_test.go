@@ -89,19 +89,11 @@ func keys(flows []*netlink.ConntrackFlow) []flowKey {
 	return out
 }
 
-func TestCleanDeletesExactlyTheStaleFlows(t *testing.T) {
-	if _, err := exec.LookPath("nft"); err != nil {
-		t.Fatalf("nft is needed to install the lab's DNAT rules: %v", err)
-	}
-	// Every socket of the lab, closed at the end (the namespace lives as
-	// long as one of them does).
+// closedAtEnd returns a function that keeps a socket (or anything) to be
+// closed when t ends.
+func closedAtEnd(t *testing.T) func(io.Closer) {
 	var mu sync.Mutex
 	var closers []io.Closer
-	keep := func(c io.Closer) {
-		mu.Lock()
-		defer mu.Unlock()
-		closers = append(closers, c)
-	}
 	t.Cleanup(func() {
 		mu.Lock()
 		defer mu.Unlock()
@@ -109,6 +101,57 @@ func TestCleanDeletesExactlyTheStaleFlows(t *testing.T) {
 			c.Close()
 		}
 	})
+	return func(c io.Closer) {
+		mu.Lock()
+		defer mu.Unlock()
+		closers = append(closers, c)
+	}
+}
+
+// acceptAll listens on TCP address addr, in the calling thread's
+// namespace, and accepts every connection, each kept (to be closed).
+func acceptAll(addr string, keep func(io.Closer)) error {
+	l, err := net.Listen("tcp4", addr)
+	if err != nil {
+		return err
+	}
+	keep(l)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			keep(c)
+		}
+	}()
+	return nil
+}
+
+// conntrackOf opens lab's namespace and a netlink socket to its
+// conntrack table, both closed when t ends.
+func conntrackOf(t *testing.T, lab *netnstest.Netns) (netns.NsHandle, *netlink.Handle) {
+	t.Helper()
+	ns, err := netns.GetFromPath(lab.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_NETFILTER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return ns, h
+}
+
+func TestCleanDeletesExactlyTheStaleFlows(t *testing.T) {
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Fatalf("nft is needed to install the lab's DNAT rules: %v", err)
+	}
+	// Every socket of the lab, closed at the end (the namespace lives as
+	// long as one of them does).
+	keep := closedAtEnd(t)
 	lab := netnstest.New(t, "ct")
 	err := lab.Do(func() error {
 		lo, err := netlink.LinkByName("lo")
@@ -144,20 +187,9 @@ func TestCleanDeletesExactlyTheStaleFlows(t *testing.T) {
 				}
 			}()
 		}
-		l, err := net.Listen("tcp4", "127.0.0.2:5353")
-		if err != nil {
+		if err := acceptAll("127.0.0.2:5353", keep); err != nil {
 			return err
 		}
-		keep(l)
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				keep(c)
-			}
-		}()
 		for _, dst := range []string{"10.96.0.10:53", "10.96.0.10:54", "10.96.0.10:55", "127.0.0.1:30053", "127.0.0.5:9999"} {
 			c, err := net.Dial("udp4", dst)
 			if err != nil {
@@ -182,17 +214,7 @@ func TestCleanDeletesExactlyTheStaleFlows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns, err := netns.GetFromPath(lab.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-
-	h, err := netlink.NewHandleAt(ns, unix.NETLINK_NETFILTER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	ns, h := conntrackOf(t, lab)
 	list := func() []flowKey {
 		t.Helper()
 		flows, err := h.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
@@ -280,37 +302,8 @@ func TestFullSyncDeletesHandshakesNeverNATed(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var closers []io.Closer
-	keep := func(c io.Closer) {
-		mu.Lock()
-		defer mu.Unlock()
-		closers = append(closers, c)
-	}
-	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range closers {
-			c.Close()
-		}
-	})
-	if err := lab.Do(func() error {
-		l, err := net.Listen("tcp4", "10.98.0.2:8080")
-		if err != nil {
-			return err
-		}
-		keep(l)
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				keep(c)
-			}
-		}()
-		return nil
-	}); err != nil {
+	keep := closedAtEnd(t)
+	if err := lab.Do(func() error { return acceptAll("10.98.0.2:8080", keep) }); err != nil {
 		t.Fatal(err)
 	}
 	const port = 40123 // the client's source port, reused
@@ -358,16 +351,7 @@ func TestFullSyncDeletesHandshakesNeverNATed(t *testing.T) {
 		t.Fatalf("the reused tuple was answered although its entry was never NATed: the kernel no longer shows the problem this test guards\n%s", out)
 	}
 
-	ns, err := netns.GetFromPath(lab.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns, unix.NETLINK_NETFILTER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	ns, h := conntrackOf(t, lab)
 	tcp := uint8(unix.IPPROTO_TCP)
 	neverNATed := flowKey{tcp, "10.96.0.30", 80, "10.96.0.30", 80}
 	natted := flowKey{tcp, "10.96.0.30", 80, "10.98.0.2", 8080}

@@ -123,26 +123,14 @@ func (f *Filter) set(k backend.ServiceKey, se *localv1.ServiceEndpoints) {
 		if len(set.eps) == 0 {
 			continue
 		}
-		add := func(ip string) {
-			if a, err := netip.ParseAddr(ip); err == nil {
-				t := target{proto, netip.AddrPortFrom(a.Unmap(), uint16(p.Port))}
+		eachTarget(svc, p, proto, func(t target, nodePort bool) {
+			if nodePort {
+				f.nodePorts[t] = set
+			} else {
 				f.services[t] = set
-				mine = append(mine, owned{t: t, set: set})
 			}
-		}
-		add(svc.ClusterIp)
-		for _, ip := range svc.ExternalIps {
-			add(ip)
-		}
-		for _, ip := range svc.LoadBalancerIps {
-			add(ip)
-		}
-		if p.NodePort != 0 {
-			// Any destination address: node ports answer on many.
-			t := target{proto, netip.AddrPortFrom(netip.Addr{}, uint16(p.NodePort))}
-			f.nodePorts[t] = set
-			mine = append(mine, owned{nodePort: true, t: t, set: set})
-		}
+			mine = append(mine, owned{nodePort: nodePort, t: t, set: set})
+		})
 	}
 	if len(mine) > 0 {
 		f.owned[k] = mine
@@ -175,24 +163,31 @@ func (f *Filter) WithHandshakes(state *backend.State) *Filter {
 			if p.Protocol != localv1.Protocol_TCP || !serving(se.Endpoints, p) {
 				continue
 			}
-			add := func(ip string) {
-				if a, err := netip.ParseAddr(ip); err == nil {
-					g.handshakes[target{unix.IPPROTO_TCP, netip.AddrPortFrom(a.Unmap(), uint16(p.Port))}] = true
-				}
-			}
-			add(svc.ClusterIp)
-			for _, ip := range svc.ExternalIps {
-				add(ip)
-			}
-			for _, ip := range svc.LoadBalancerIps {
-				add(ip)
-			}
-			if p.NodePort != 0 {
-				g.handshakes[target{unix.IPPROTO_TCP, netip.AddrPortFrom(netip.Addr{}, uint16(p.NodePort))}] = true
-			}
+			eachTarget(svc, p, unix.IPPROTO_TCP, func(t target, _ bool) { g.handshakes[t] = true })
 		}
 	}
 	return &g
+}
+
+// eachTarget calls fn with each destination of svc's port p for proto:
+// its cluster IP, external and load-balancer IPs, and its node port (with
+// nodePort set, and the address left zero: node ports answer on many).
+func eachTarget(svc *localv1.Service, p *localv1.ServicePort, proto uint8, fn func(t target, nodePort bool)) {
+	add := func(ip string) {
+		if a, err := netip.ParseAddr(ip); err == nil {
+			fn(target{proto, netip.AddrPortFrom(a.Unmap(), uint16(p.Port))}, false)
+		}
+	}
+	add(svc.ClusterIp)
+	for _, ip := range svc.ExternalIps {
+		add(ip)
+	}
+	for _, ip := range svc.LoadBalancerIps {
+		add(ip)
+	}
+	if p.NodePort != 0 {
+		fn(target{proto, netip.AddrPortFrom(netip.Addr{}, uint16(p.NodePort))}, true)
+	}
 }
 
 // serving reports whether an endpoint of eps serves port p.
