@@ -229,9 +229,14 @@ func howRun(r *SizeResult) string {
 	for _, g := range r.Groups {
 		gs = append(gs, joinAnd(g))
 	}
-	return fmt.Sprintf("the proxies ran in %d groups, one after the other against the same API server and cluster "+
+	out := fmt.Sprintf("the proxies ran in %d groups, one after the other against the same API server and cluster "+
 		"(each from its cold start to its last reading): %s. A group's proxies (and the API server) shared these %d cores "+
-		"at the same time.", len(r.Groups), strings.Join(gs, "; then "), r.Machine.Cores)
+		"at the same time", len(r.Groups), strings.Join(gs, "; then "), r.Machine.Cores)
+	if len(r.InTurns) > 0 {
+		out += fmt.Sprintf(", except in the %s, which ran once for each proxy of a group while its other proxies were stopped "+
+			"(SIGSTOP; they caught up before their own turn)", joinAnd(r.InTurns))
+	}
+	return out + "."
 }
 
 // joinAnd joins "a", "b" and "c" as "a, b and c".

@@ -30,6 +30,11 @@ type SizeResult struct {
 	// other (each from its cold start to its last reading), in that
 	// order; empty in results from before groups, where all ran at once.
 	Groups [][]string `json:"groups,omitempty"`
+	// InTurns are the phases that ran once per proxy of a group, the
+	// group's other proxies stopped meanwhile (the churn and the burst);
+	// empty in results from before turns, where a group's proxies went
+	// through each phase at once.
+	InTurns []string `json:"in_turns,omitempty"`
 	// Versions are what the programs under test say of themselves.
 	Versions       Versions `json:"versions"`
 	Machine        Machine  `json:"machine"`

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -630,6 +631,59 @@ var ipv4 = map[string]string{labelFamily: familyIPv4}
 // cfg.drainTimeout is left running (its rules are still probed at the
 // end), but out of the later phases, whose figures it would spoil.
 func runPhase(ctx context.Context, cfg *config, cl *cluster, phase string, live []*proxy, res *SizeResult) ([]*proxy, error) {
+	if !inTurns(cfg, phase, live) {
+		return runPhaseOf(ctx, cfg, cl, phase, live, res)
+	}
+	// One turn per proxy, the others stopped (SIGSTOP) meanwhile: the
+	// proxy measured has the cores to itself, beside the API server.
+	// Then the others catch up on what they missed, unmeasured, before
+	// their own turn.
+	if !slices.Contains(res.InTurns, phase) {
+		res.InTurns = append(res.InTurns, phase)
+	}
+	kept := map[*proxy]bool{}
+	for _, p := range live {
+		others := slices.DeleteFunc(slices.Clone(live), func(o *proxy) bool { return o == p })
+		pause(others, true)
+		next, err := runPhaseOf(ctx, cfg, cl, phase, []*proxy{p}, res)
+		pause(others, false)
+		if err != nil {
+			return live, err
+		}
+		for _, q := range next {
+			kept[q] = true
+		}
+		status.set(res.Services, fmt.Sprintf("%s: the proxies stopped during %s's turn catch up", phase, p.kind.Name))
+		resumed := time.Now()
+		drain(ctx, cfg, others, resumed, resumed, nil)
+	}
+	return slices.DeleteFunc(slices.Clone(live), func(p *proxy) bool { return !kept[p] }), nil
+}
+
+// inTurns reports whether phase runs once per proxy of the group, the
+// others stopped: the churn and the burst (which can be repeated: they
+// update existing slices), for a group of more than one proxy, unless
+// --together.
+func inTurns(cfg *config, phase string, live []*proxy) bool {
+	return !cfg.together && len(live) > 1 && (phase == phaseChurn || phase == phaseBurst)
+}
+
+// pause stops (SIGSTOP) or resumes (SIGCONT) the running proxies of ps.
+func pause(ps []*proxy, stop bool) {
+	sig := syscall.SIGCONT
+	if stop {
+		sig = syscall.SIGSTOP
+	}
+	for _, p := range ps {
+		if p.running() && p.cmd != nil && p.cmd.Process != nil {
+			_ = p.cmd.Process.Signal(sig)
+		}
+	}
+}
+
+// runPhaseOf runs phase once, with every proxy of live running, and
+// measures each of them.
+func runPhaseOf(ctx context.Context, cfg *config, cl *cluster, phase string, live []*proxy, res *SizeResult) ([]*proxy, error) {
 	n := res.Services
 	before := map[*proxy]snapshot{}
 	for _, p := range live {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
@@ -155,5 +157,70 @@ func TestGroupsPairEachBackendWithItsMode(t *testing.T) {
 		"(each from its cold start to its last reading): kpng-nft and kube-proxy-nftables; then kpng-nft-1s; then kpng-iptables "+
 		"and kube-proxy-iptables; then kpng-ebpf."; !strings.HasPrefix(s, w) {
 		t.Errorf("howRun = %q, want it to start %q", s, w)
+	}
+}
+
+// The churn and the burst run once per proxy of a group of more than one,
+// the others stopped; not with --together, nor the phases that create and
+// delete the same Services.
+func TestPhasesInTurns(t *testing.T) {
+	two := []*proxy{fakeProxy("a"), fakeProxy("b")}
+	for _, tc := range []struct {
+		phase    string
+		live     []*proxy
+		together bool
+		want     bool
+	}{
+		{phaseChurn, two, false, true},
+		{phaseBurst, two, false, true},
+		{phaseCreate, two, false, false},
+		{phaseDelete, two, false, false},
+		{phaseChurn, two[:1], false, false},
+		{phaseChurn, two, true, false},
+	} {
+		if got := inTurns(&config{together: tc.together}, tc.phase, tc.live); got != tc.want {
+			t.Errorf("inTurns(%s, %d proxies, together %v) = %v, want %v", tc.phase, len(tc.live), tc.together, got, tc.want)
+		}
+	}
+	r := &SizeResult{Groups: [][]string{{"a", "b"}, {"c"}}, InTurns: []string{phaseChurn, phaseBurst}, Machine: Machine{Cores: 2}}
+	if s, w := howRun(r), "except in the churn and burst, which ran once for each proxy of a group while its other proxies were stopped"; !strings.Contains(s, w) {
+		t.Errorf("howRun = %q, want it to say %q", s, w)
+	}
+}
+
+// pause stops a proxy's process and resumes it.
+func TestPause(t *testing.T) {
+	p := fakeProxy("sleeper")
+	p.cmd = exec.Command("sleep", "60")
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() { _ = p.cmd.Process.Kill(); <-p.exited })
+	// state is the process's state letter in /proc/PID/stat, once it is
+	// want (a signal is delivered asynchronously).
+	state := func(want byte) byte {
+		t.Helper()
+		var got byte
+		for range 500 {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := string(b)
+			if got = s[strings.LastIndexByte(s, ')')+2]; got == want {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return got
+	}
+	pause([]*proxy{p}, true)
+	if s := state('T'); s != 'T' {
+		t.Fatalf("after pause: state %c, want T (stopped)", s)
+	}
+	pause([]*proxy{p}, false)
+	if s := state('S'); s != 'S' {
+		t.Fatalf("after resume: state %c, want S (sleeping)", s)
 	}
 }
