@@ -609,9 +609,14 @@ const affinityShortTimeout = time.Second
 // checkServers checks what a proxy serves beside its rules, at kube-proxy's
 // default addresses: /healthz and /livez on every address (here asked from
 // the neighbour), and /metrics and /proxyMode on the node's loopback, with
-// the metrics of completed syncs.
+// the metrics of completed syncs. Each must answer: it is waited for as a
+// probe is (netlab.ProbePatience of the test process's running time), since
+// the proxy renders its answer on a CPU it shares with everything else
+// (/metrics took over a second in hack/vm.sh's emulated VM at a host load
+// of 10).
 func checkServers(t *testing.T, b netlab.Backend, n *netlab.Node, from *netlab.Host) {
 	t.Helper()
+	const answerTimeout = netlab.ProbePatience
 	for _, path := range []string{"/healthz", "/livez"} {
 		for _, fam := range families {
 			url := fmt.Sprintf("http://%s%s", netip.AddrPortFrom(n.Addr(fam), 10256), path)
