@@ -616,11 +616,10 @@ const affinityShortTimeout = time.Second
 // of 10).
 func checkServers(t *testing.T, b netlab.Backend, n *netlab.Node, from *netlab.Host) {
 	t.Helper()
-	const answerTimeout = netlab.ProbePatience
 	for _, path := range []string{"/healthz", "/livez"} {
 		for _, fam := range families {
 			url := fmt.Sprintf("http://%s%s", netip.AddrPortFrom(n.Addr(fam), 10256), path)
-			r := from.HTTPGet(url, answerTimeout)
+			r := from.HTTPGet(url, netlab.ProbePatience)
 			var body struct {
 				LastUpdated string `json:"lastUpdated"`
 				CurrentTime string `json:"currentTime"`
@@ -631,10 +630,10 @@ func checkServers(t *testing.T, b netlab.Backend, n *netlab.Node, from *netlab.H
 		}
 	}
 	mode := modeOf(b)
-	if r := n.HTTPGet("http://127.0.0.1:10249/proxyMode", answerTimeout); r.Outcome != netlab.OK || strings.TrimSpace(r.Body) != mode {
+	if r := n.HTTPGet("http://127.0.0.1:10249/proxyMode", netlab.ProbePatience); r.Outcome != netlab.OK || strings.TrimSpace(r.Body) != mode {
 		t.Errorf("GET 127.0.0.1:10249/proxyMode in %s: %v; want %q", n.Name, r, mode)
 	}
-	r := n.HTTPGet("http://127.0.0.1:10249/metrics", answerTimeout)
+	r := n.HTTPGet("http://127.0.0.1:10249/metrics", netlab.ProbePatience)
 	if r.Outcome != netlab.OK || r.Status != 200 {
 		t.Fatalf("GET 127.0.0.1:10249/metrics in %s: %v", n.Name, r)
 	}
