@@ -241,11 +241,15 @@ func (p *proxy) start(argv, env []string) error {
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
+		// Taken before the start: the process may print (and its lines
+		// be timed against this) before Start returns.
+		p.mu.Lock()
+		p.started = time.Now()
+		p.mu.Unlock()
 		if err := p.cmd.Start(); err != nil {
 			started <- err
 			return
 		}
-		p.started = time.Now()
 		started <- nil
 		p.exitErr = p.cmd.Wait()
 		logFile.Close()
