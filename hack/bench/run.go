@@ -655,7 +655,15 @@ func runPhase(ctx context.Context, cfg *config, cl *cluster, phase string, live 
 		}
 		status.set(res.Services, fmt.Sprintf("%s: the proxies stopped during %s's turn catch up", phase, p.kind.Name))
 		resumed := time.Now()
-		drain(ctx, cfg, others, resumed, resumed, nil)
+		for i, c := range drain(ctx, cfg, others, resumed, resumed, nil) {
+			if o := others[i]; c.at.IsZero() && o.running() {
+				// Its own turn (or the next phase) would be charged the
+				// backlog: said beside its figures.
+				r := res.proxy(o.kind.Name)
+				r.Error = joinErr(r.Error, fmt.Sprintf("did not catch up within %v after being stopped during %s's %s turn",
+					cfg.drainTimeout, p.kind.Name, phase))
+			}
+		}
 	}
 	return slices.DeleteFunc(slices.Clone(live), func(p *proxy) bool { return !kept[p] }), nil
 }
