@@ -21,7 +21,7 @@ import (
 // ebpfFlags are the flags the ebpf backend has: its own and the kube-proxy
 // settings it binds.
 var ebpfFlags = []string{"ebpf-pin-path", "ebpf-cgroup-path", "ebpf-interfaces", "nodeport-addresses", "min-sync-period", "sync-period",
-	"healthz-bind-address", "metrics-bind-address", "dry-run", "ip-families"}
+	"healthz-bind-address", "metrics-bind-address", "profiling", "dry-run", "ip-families"}
 
 // ebpfOnly runs mode ebpf with plugin, named as kpng's eBPF backend.
 func ebpfOnly(plugin backend.Plugin) map[config.ProxyMode]backend.Registration {

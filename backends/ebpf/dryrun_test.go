@@ -56,7 +56,7 @@ func TestFlags(t *testing.T) {
 	p := &Plugin{}
 	p.BindFlags(fs)
 	for _, name := range []string{"ebpf-pin-path", "ebpf-cgroup-path", "ebpf-interfaces", "nodeport-addresses",
-		"min-sync-period", "sync-period", "healthz-bind-address", "metrics-bind-address", "dry-run", "ip-families"} {
+		"min-sync-period", "sync-period", "healthz-bind-address", "metrics-bind-address", "profiling", "dry-run", "ip-families"} {
 		if fs.Lookup(name) == nil {
 			t.Errorf("no --%s", name)
 		}

@@ -112,7 +112,7 @@ func (p *Plugin) BindFlags(fs *flag.FlagSet) {
 	// externalTrafficPolicy): without their flags, a configuration that
 	// sets them is told so.
 	c.Config.BindSomeFlags(fs, "nodeport-addresses", "min-sync-period", "sync-period",
-		"healthz-bind-address", "metrics-bind-address", "dry-run", "ip-families")
+		"healthz-bind-address", "metrics-bind-address", "profiling", "dry-run", "ip-families")
 }
 
 func (p *Plugin) config() Config {

@@ -70,7 +70,7 @@ var hostFlags = []string{
 	"nodeport-addresses", "masquerade-all", "iptables-masquerade-bit", "cluster-cidr",
 	"detect-local-mode", "pod-bridge-interface", "pod-interface-name-prefix",
 	"min-sync-period", "sync-period", "full-sync-period",
-	"healthz-bind-address", "metrics-bind-address", "ip-families",
+	"healthz-bind-address", "metrics-bind-address", "profiling", "ip-families",
 }
 
 // BindFlags adds the flags to fs, with c's values as defaults.

@@ -40,6 +40,9 @@ type Config struct {
 	// /healthz and /metrics servers (empty: none).
 	HealthzBindAddress string
 	MetricsBindAddress string
+	// Profiling serves /debug/pprof on the metrics server (kube-proxy's
+	// --profiling, enableProfiling).
+	Profiling bool
 	// DryRun prints what would be written instead of writing it.
 	DryRun bool
 	// IPFamilies are the families to program: "ipv4", "ipv6".
@@ -80,6 +83,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.FullSyncPeriod, "full-sync-period", c.FullSyncPeriod, "how often a periodic sync reads back or rewrites every rule, repairing any difference (kube-proxy: 1h, fixed); 0: every periodic sync")
 	fs.StringVar(&c.HealthzBindAddress, "healthz-bind-address", c.HealthzBindAddress, "address of the /healthz and /livez server (empty: none)")
 	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "address of the /metrics server (empty: none)")
+	fs.BoolVar(&c.Profiling, "profiling", c.Profiling, "serve /debug/pprof on the metrics server")
 	fs.BoolVar(&c.DryRun, "dry-run", c.DryRun, "print what each sync would write instead of writing it")
 	backend.StringsVar(fs, &c.IPFamilies, "ip-families", c.IPFamilies, "the IP families to program (ipv4, ipv6)")
 }

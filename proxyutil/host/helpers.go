@@ -44,6 +44,7 @@ func StartHelpersWith(ctx context.Context, mode string, c *Config, families []lo
 		if err != nil {
 			return err
 		}
+		log.Info(name+" listening", "address", ln.Addr().String())
 		go func() {
 			if err := srv.Serve(ctx, ln); err != nil {
 				log.Error(err, name+" stopped")
@@ -68,7 +69,7 @@ func StartHelpersWith(ctx context.Context, mode string, c *Config, families []lo
 	context.AfterFunc(ctx, svc.Close)
 	onSync = append(onSync, svc.OnSync)
 	if c.MetricsBindAddress != "" {
-		if err := start("Metrics server", &metrics.Server{Addr: c.MetricsBindAddress, ProxyMode: mode}); err != nil {
+		if err := start("Metrics server", &metrics.Server{Addr: c.MetricsBindAddress, ProxyMode: mode, Profiling: c.Profiling}); err != nil {
 			return backend.Options{}, err
 		}
 	}

@@ -2,8 +2,14 @@ package host
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"regexp"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr/funcr"
+	"k8s.io/klog/v2"
 
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
@@ -32,6 +38,44 @@ func TestStartHelpers(t *testing.T) {
 		c := &Config{SyncPeriod: 30 * time.Second, HealthzBindAddress: "127.0.0.1:-1", DryRun: true}
 		if _, err := StartHelpers(ctx, "nftables", c, v4); err == nil {
 			t.Fatal("no error")
+		}
+	})
+	t.Run("the metrics server serves /debug/pprof only with --profiling", func(t *testing.T) {
+		for _, profiling := range []bool{false, true} {
+			// The server's address is logged; the test reads it there.
+			logged := make(chan string, 100)
+			logger := funcr.New(func(_, args string) {
+				select {
+				case logged <- args:
+				default:
+				}
+			}, funcr.Options{})
+			ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+			defer cancel()
+			c := &Config{SyncPeriod: 30 * time.Second, MetricsBindAddress: "127.0.0.1:0", Profiling: profiling, DryRun: true}
+			if _, err := StartHelpers(ctx, "nftables", c, v4); err != nil {
+				t.Fatal(err)
+			}
+			var addr string
+			for addr == "" {
+				select {
+				case line := <-logged:
+					if m := regexp.MustCompile(`"msg"="Metrics server listening" "address"="([^"]+)"`).FindStringSubmatch(line); m != nil {
+						addr = m[1]
+					}
+				default:
+					t.Fatal("the metrics server's address was not logged")
+				}
+			}
+			resp, err := http.Get("http://" + addr + "/debug/pprof/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if want := map[bool]int{false: http.StatusNotFound, true: http.StatusOK}[profiling]; resp.StatusCode != want {
+				t.Errorf("profiling %v: /debug/pprof/ answered %d, want %d", profiling, resp.StatusCode, want)
+			}
 		}
 	})
 }
