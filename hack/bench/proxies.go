@@ -104,7 +104,9 @@ func kpngKind(name, reference, backend string, extra ...string) proxyKind {
 		argv: func(a runArgs) []string {
 			argv := append([]string{a.bins.kpng, "--v=2", "kube", "--kubeconfig=" + a.kubeconfig,
 				"to-local", "--node-name=" + nodeName, backend,
-				"--metrics-bind-address=" + a.metrics, "--healthz-bind-address=" + a.healthz}, extra...)
+				"--metrics-bind-address=" + a.metrics, "--healthz-bind-address=" + a.healthz,
+				// For the heap profile taken at the end (heapProfile).
+				"--profiling"}, extra...)
 			if iptables {
 				// Told, not detected: an empty namespace holds no rules
 				// for kpng's detection to go by.
@@ -142,6 +144,7 @@ func kubeProxyKind(name, mode string) proxyKind {
 			return []string{a.bins.kubeProxy, "--v=2", "--proxy-mode=" + mode,
 				"--kubeconfig=" + a.kubeconfig, "--hostname-override=" + nodeName,
 				"--metrics-bind-address=" + a.metrics, "--healthz-bind-address=" + a.healthz,
+				"--profiling",
 				// Leave the conntrack sysctls alone: nf_conntrack_max is
 				// global, and kpng is not told to set them either.
 				"--conntrack-max-per-core=0",
@@ -438,6 +441,34 @@ func (p *proxy) scrape(ctx context.Context) (Metrics, error) {
 		return nil, fmt.Errorf("%s: /metrics: %w", p.kind.Name, err)
 	}
 	return m, nil
+}
+
+// heapProfile writes the proxy's heap profile (/debug/pprof/heap on its
+// metrics server, --profiling) to path: what its live heap is made of
+// at the end of the run, for `go tool pprof`. The profile is the
+// runtime's record as of its last collection; none is forced.
+func (p *proxy) heapProfile(ctx context.Context, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metrics+"/debug/pprof/heap", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := scrapeClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: heap profile: %w", p.kind.Name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: heap profile: %s", p.kind.Name, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: heap profile: %w", p.kind.Name, err)
+	}
+	return f.Close()
 }
 
 // lineWatcher calls fn with each complete line written to it.

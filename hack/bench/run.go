@@ -301,6 +301,13 @@ func runGroup(ctx context.Context, cfg *config, cl *cluster, proxies []*proxy, r
 		}
 		r := res.proxy(p.kind.Name)
 		r.RSSEndMB, r.PeakRSSMB = mb(u.RSSBytes), mb(u.PeakRSSBytes)
+		// Taken after the RSS is read: serving it allocates.
+		path := filepath.Join(dir, p.kind.Name+".heap.pprof")
+		if err := p.heapProfile(ctx, path); err != nil {
+			logf("size %d: %v", n, err)
+		} else {
+			logf("size %d: %s: heap profile in %s", n, p.kind.Name, path)
+		}
 	}
 
 	// Where the rules are: the variant the iptables proxies really used.
