@@ -353,6 +353,14 @@ func runParent(root, outDir, reportDir string, noReport bool, report func(root, 
 		logf("bench: %v", err)
 		code = 1
 	}
+	// A run that did not finish leaves the page as it was: its last
+	// size's results may be half-measured. What it saved stays in outDir
+	// for --report-only.
+	if code != 0 && !noReport {
+		logf("report: the run did not finish: %s left as it was (hack/bench.sh --report-only writes it from the results in %s)",
+			filepath.Join(reportDir, "BENCHMARKS.md"), outDir)
+		return code
+	}
 	if !noReport {
 		if err := report(root, reportDir, outDir); err != nil {
 			logf("report: %v", err)

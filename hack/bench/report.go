@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 // The generated part of BENCHMARKS.md sits between these markers; what is
@@ -247,13 +248,22 @@ func joinAnd(s []string) string {
 	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
 }
 
+// runSpan is when a run went, as its section says it: "2026-11-24 01:00
+// to 01:09 UTC", or that it was stopped before its end (no end time).
+func runSpan(started, finished time.Time) string {
+	if finished.IsZero() {
+		return started.Format("2006-01-02 15:04") + " UTC (stopped before its end)"
+	}
+	return started.Format("2006-01-02 15:04") + " to " + finished.Format("15:04") + " UTC"
+}
+
 func sizeSection(b *strings.Builder, r *SizeResult) {
 	m := r.Machine
 	fmt.Fprintf(b, "### %s services x %d endpoints\n\n", thousands(r.Services), r.EndpointsPerService)
-	fmt.Fprintf(b, "Run %s to %s UTC on %d cores (%s), kernel %s. Load average at start %.2f, at end %.2f; "+
+	fmt.Fprintf(b, "Run %s on %d cores (%s), kernel %s. Load average at start %.2f, at end %.2f; "+
 		"1-minute load during the run: %s. The machine is shared with other work: wall-clock figures are inflated by it, "+
 		"and %s\n\n",
-		r.Started.Format("2006-01-02 15:04"), r.Finished.Format("15:04"), m.Cores, m.CPUModel, m.Kernel,
+		runSpan(r.Started, r.Finished), m.Cores, m.CPUModel, m.Kernel,
 		m.LoadStart[0], m.LoadEnd[0], loadRange(r.LoadDuring), howRun(r))
 	fmt.Fprintf(b, "kpng at commit %s; kube-proxy: %s; kube-apiserver: %s; %s. ",
 		r.KpngCommit, orUnrecorded(r.Versions.KubeProxy), orUnrecorded(r.Versions.KubeAPIServer),

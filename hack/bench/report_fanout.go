@@ -15,10 +15,10 @@ func fanoutSection(b *strings.Builder, fo *FanoutResult) {
 	}
 	b.WriteString("### Fan-out: one kpng brain to many agents\n\n")
 	m := fo.Machine
-	fmt.Fprintf(b, "Run %s to %s UTC on %d cores (%s), kernel %s, after the sizes above with no proxy and no API server "+
+	fmt.Fprintf(b, "Run %s on %d cores (%s), kernel %s, after the sizes above with no proxy and no API server "+
 		"left running. Load average at start %.2f, at end %.2f; 1-minute load during the run: %s. kpng at commit %s. "+
 		"Command: `%s` (from `%s`).\n\n",
-		fo.Started.Format("2006-01-02 15:04"), fo.Finished.Format("15:04"), m.Cores, m.CPUModel, m.Kernel,
+		runSpan(fo.Started, fo.Finished), m.Cores, m.CPUModel, m.Kernel,
 		m.LoadStart[0], m.LoadEnd[0], loadRange(fo.LoadDuring), orDefault(fo.KpngCommit, "not recorded"),
 		fo.fanoutCommand(), fo.Command)
 	f := fo.Figures

@@ -333,3 +333,20 @@ func wantAll(t *testing.T, what, got string, wants []string) {
 		}
 	}
 }
+
+// A size whose run was stopped before its end has no end time: its
+// section says so instead of showing the zero time's "00:00".
+func TestSectionOfAStoppedRun(t *testing.T) {
+	r := sampleResults()[0]
+	var b strings.Builder
+	sizeSection(&b, r)
+	if !strings.Contains(b.String(), "Run 2026-11-24 01:00 to 01:09 UTC") {
+		t.Errorf("finished run's section starts %q", b.String()[:200])
+	}
+	r.Finished = time.Time{}
+	b.Reset()
+	sizeSection(&b, r)
+	if s := b.String(); !strings.Contains(s, "Run 2026-11-24 01:00 UTC (stopped before its end) on 2 cores") || strings.Contains(s, "00:00") {
+		t.Errorf("stopped run's section starts %q", s[:200])
+	}
+}
