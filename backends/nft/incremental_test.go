@@ -395,8 +395,8 @@ func TestNodeChange(t *testing.T) {
 }
 
 // TestMemoryReleasedAfterFullSyncs: the heap a full sync freed is returned
-// once it is done (Plugin.Open sets releaseMemory), and not after the
-// incremental syncs, which free little.
+// once it is done (Plugin.Open sets releaseMemory), as is a large batch's,
+// and not after the incremental syncs of a few changes, which free little.
 func TestMemoryReleasedAfterFullSyncs(t *testing.T) {
 	f := newFixture(t, testConfig())
 	released := 0
@@ -410,6 +410,8 @@ func TestMemoryReleasedAfterFullSyncs(t *testing.T) {
 		{"one service changed", func() { f.set(richServices()[1]) }, 0},
 		{"periodic sync, the table intact", func() { f.sync(backend.Changes{Resync: true}) }, 0},
 		{"full resync", func() { f.b.cfg.FullSyncPeriod = 0; f.sync(backend.Changes{Resync: true}) }, 1},
+		{"a batch of releaseAfterChanges services", func() { f.b.cfg.FullSyncPeriod = time.Hour; f.setMany(releaseAfterChanges, 1) }, 1},
+		{"a batch of one fewer", func() { f.setMany(releaseAfterChanges-1, 2) }, 0},
 	} {
 		released = 0
 		tc.sync()
@@ -449,4 +451,14 @@ func TestFailedFullSyncIsFollowedByAFullOne(t *testing.T) {
 	if n := ops(f.b); n != 0 {
 		t.Errorf("a sync after convergence wrote %d operations", n)
 	}
+}
+
+// setMany syncs n bench services changed at once, their first endpoint
+// at generation gen.
+func (f *fixture) setMany(n, gen int) {
+	ses := make([]*localv1.ServiceEndpoints, n)
+	for i := range ses {
+		ses[i] = benchService(i, 1, gen)
+	}
+	f.set(ses...)
 }
