@@ -60,6 +60,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,6 +96,8 @@ func main() {
 		drainTO   = flag.Duration("drain-timeout", 5*time.Minute, "longest wait for a proxy to catch up after a phase; a proxy that takes longer is reported so, and left out of the later phases")
 		variant   = flag.String("iptables-variant", "legacy", "the iptables variant of both iptables proxies: legacy, or nft (whose iptables-nft-restore takes many minutes from 5,000 services)")
 		together  = flag.Bool("together", false, "run every proxy at once, as the bench did before 2026-11-28, instead of each kpng backend beside kube-proxy in its mode, one mode after the other")
+		groups    = flag.String("groups", "", "comma-separated groups of proxies to run, of "+strings.Join(groupNamesKnown(), ", ")+
+			" (default: all); for a trial: the report leaves the others' columns empty")
 		probeFor  = flag.Duration("probe", 3*time.Second, "how long each dataplane probe runs")
 		outDir    = flag.String("out", "", "where results and logs go (default: <repo>/.cache/bench)")
 		kpngBin   = flag.String("kpng", "", "kpng binary (default: built from the repository)")
@@ -183,6 +186,14 @@ func main() {
 		ebpfOnly: *ebpfOnly, oneChanges: *oneChanges, oneChangeRate: *oneRate,
 		iptablesVariant: *variant, together: *together, fanoutServices: *foServices, fanoutChanges: *foChanges,
 		outDir: *outDir, runID: os.Getenv(envChild), command: "hack/bench.sh " + strings.Join(os.Args[1:], " ")}
+	if *groups != "" {
+		for _, g := range strings.Split(*groups, ",") {
+			if !slices.Contains(groupNamesKnown(), g) {
+				fatal(fmt.Errorf("--groups: no group %q (groups: %s)", g, strings.Join(groupNamesKnown(), ", ")))
+			}
+			cfg.groups = append(cfg.groups, g)
+		}
+	}
 	cfg.run = time.Now().UTC().Format("20060102T150405Z") + "-" + cfg.runID
 	if !cfg.ebpfOnly {
 		cfg.fanoutAgents = *foAgents

@@ -76,6 +76,8 @@ type config struct {
 	// together runs every proxy at once instead of group after group
 	// (groupProxies).
 	together bool
+	// groups, if set, are the only groups of proxies run (--groups).
+	groups []string
 }
 
 // runSize runs the whole bench at one size, and writes its result.
@@ -394,13 +396,21 @@ const connectsKey = "connections"
 
 // kinds are the proxies the run starts: all, or kpng-ebpf alone.
 func (cfg *config) kinds() []proxyKind {
-	if !cfg.ebpfOnly {
-		return proxyKinds
-	}
 	var out []proxyKind
 	for _, k := range proxyKinds {
-		if k.ebpf {
+		if (!cfg.ebpfOnly || k.ebpf) && (len(cfg.groups) == 0 || slices.Contains(cfg.groups, k.Group)) {
 			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// groupNamesKnown are the proxies' groups, for --groups.
+func groupNamesKnown() []string {
+	var out []string
+	for _, k := range proxyKinds {
+		if !slices.Contains(out, k.Group) {
+			out = append(out, k.Group)
 		}
 	}
 	return out

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -222,5 +223,32 @@ func TestPause(t *testing.T) {
 	pause([]*proxy{p}, false)
 	if s := state('S'); s != 'S' {
 		t.Fatalf("after resume: state %c, want S (sleeping)", s)
+	}
+}
+
+// --groups runs only the proxies of the groups named, with --ebpf-only
+// narrowing further.
+func TestKindsOfGroups(t *testing.T) {
+	got := func(cfg *config) []string {
+		var out []string
+		for _, k := range cfg.kinds() {
+			out = append(out, k.Name)
+		}
+		return out
+	}
+	if all := got(&config{}); len(all) != len(proxyKinds) {
+		t.Errorf("no --groups: %v", all)
+	}
+	if g := got(&config{groups: []string{"nftables"}}); !slices.Equal(g, []string{"kpng-nft", "kube-proxy-nftables"}) {
+		t.Errorf("--groups nftables: %v", g)
+	}
+	if g := got(&config{groups: []string{"iptables", "ebpf"}}); !slices.Equal(g, []string{"kpng-iptables", "kube-proxy-iptables", "kpng-ebpf"}) {
+		t.Errorf("--groups iptables,ebpf: %v", g)
+	}
+	if g := got(&config{groups: []string{"nftables"}, ebpfOnly: true}); len(g) != 0 {
+		t.Errorf("--groups nftables --ebpf-only: %v", g)
+	}
+	if !slices.Equal(groupNamesKnown(), []string{"nftables", "nftables-1s", "iptables", "ebpf"}) {
+		t.Errorf("groups: %v", groupNamesKnown())
 	}
 }
