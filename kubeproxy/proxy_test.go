@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -30,6 +29,7 @@ import (
 	"github.com/kpng/kpng/backends/nft"
 	"github.com/kpng/kpng/cluster"
 	"github.com/kpng/kpng/config"
+	"github.com/kpng/kpng/internal/logtest"
 	"github.com/kpng/kpng/source/file"
 )
 
@@ -911,14 +911,8 @@ func TestMetricsServerBindAddressHardFail(t *testing.T) {
 	}
 
 	c.BindAddressHardFail = false
-	logged := make(chan string, 10)
-	logger := funcr.New(func(prefix, args string) {
-		select {
-		case logged <- args:
-		default:
-		}
-	}, funcr.Options{})
-	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+	ctx, logged := logtest.Lines(context.Background(), 10)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- serveMetrics(ctx, c, nil) }()

@@ -8,11 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
-	"k8s.io/klog/v2"
-
 	"github.com/kpng/kpng/api/localv1"
 	"github.com/kpng/kpng/backend"
+	"github.com/kpng/kpng/internal/logtest"
 )
 
 func TestStartHelpers(t *testing.T) {
@@ -43,14 +41,8 @@ func TestStartHelpers(t *testing.T) {
 	t.Run("the metrics server serves /debug/pprof only with --profiling", func(t *testing.T) {
 		for _, profiling := range []bool{false, true} {
 			// The server's address is logged; the test reads it there.
-			logged := make(chan string, 100)
-			logger := funcr.New(func(_, args string) {
-				select {
-				case logged <- args:
-				default:
-				}
-			}, funcr.Options{})
-			ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+			ctx, logged := logtest.Lines(context.Background(), 100)
+			ctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			c := &Config{SyncPeriod: 30 * time.Second, MetricsBindAddress: "127.0.0.1:0", Profiling: profiling, DryRun: true}
 			if _, err := StartHelpers(ctx, "nftables", c, v4); err != nil {
