@@ -394,7 +394,8 @@ var targetKeys = []string{"clusterip", "podip"}
 
 const connectsKey = "connections"
 
-// kinds are the proxies the run starts: all, or kpng-ebpf alone.
+// kinds are the proxies the run starts: all, or kpng-ebpf alone
+// (--ebpf-only), of the groups --groups names if it names any.
 func (cfg *config) kinds() []proxyKind {
 	var out []proxyKind
 	for _, k := range proxyKinds {
