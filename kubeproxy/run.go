@@ -37,7 +37,7 @@ func RunBackend(ctx context.Context, name string, plugin backend.Plugin, node st
 	if opts.Logger == nil {
 		opts.Logger = slogger(ctx)
 	}
-	opts.OnSync = afterFirstSync(opts.OnSync, func() { steadyGC(ctx, os.LookupEnv, debug.SetGCPercent) })
+	opts.OnSync = alsoOnSync(opts.OnSync, afterFirstSync(func() { steadyGC(ctx, os.LookupEnv, debug.SetGCPercent) }))
 	klog.FromContext(ctx).Info("Starting backend", "backend", name, "node", node)
 	return runFeed(ctx, func(ctx context.Context, feed backend.Feed) error {
 		return backend.Run(ctx, waitForNode(feed, node, wait), b, opts)
@@ -48,8 +48,9 @@ func RunBackend(ctx context.Context, name string, plugin backend.Plugin, node st
 // unless GOGC is set: the heap may then grow to 1.5 times what is live
 // between collections, where the default lets it double. The cold start,
 // whose garbage is most of what it allocates, keeps the default and its
-// speed. After it, a proxy allocates little per change (the collections
-// it adds cost less than the doubled heap's memory; docs/performance.md).
+// speed. After it, a proxy allocates little per change (in the trial of
+// docs/performance.md, "The process's memory in the bench", the CPU under
+// churn did not rise).
 const steadyGCPercent = 50
 
 // steadyGC sets the collector's percent to steadyGCPercent unless the
@@ -63,18 +64,27 @@ func steadyGC(ctx context.Context, getenv func(string) (string, bool), set func(
 	klog.FromContext(ctx).V(2).Info("First sync done: collector percent lowered", "GOGC", steadyGCPercent)
 }
 
-// afterFirstSync returns onSync (which may be nil) calling once after the
-// first successful sync.
-func afterFirstSync(onSync func(backend.SyncResult), once func()) func(backend.SyncResult) {
+// afterFirstSync returns an OnSync that calls once after the first
+// successful sync. The driver calls OnSync from one goroutine.
+func afterFirstSync(once func()) func(backend.SyncResult) {
 	done := false
 	return func(res backend.SyncResult) {
-		if onSync != nil {
-			onSync(res)
-		}
 		if !done && res.Err == nil {
 			done = true
 			once()
 		}
+	}
+}
+
+// alsoOnSync returns an OnSync that calls prev (which may be nil), then
+// next.
+func alsoOnSync(prev, next func(backend.SyncResult)) func(backend.SyncResult) {
+	if prev == nil {
+		return next
+	}
+	return func(res backend.SyncResult) {
+		prev(res)
+		next(res)
 	}
 }
 
@@ -102,13 +112,5 @@ func slogger(ctx context.Context) *slog.Logger {
 // dataplane is built from is kept (KeepsKubeProxyObjects).
 func WithKubeProxyRemoval(ctx context.Context, plugin backend.Plugin) func(*backend.Options) {
 	hook := removeKubeProxyAfterFirstSync(ctx, keepFor(plugin))
-	return func(o *backend.Options) {
-		prev := o.OnSync
-		o.OnSync = func(res backend.SyncResult) {
-			if prev != nil {
-				prev(res)
-			}
-			hook(res)
-		}
-	}
+	return func(o *backend.Options) { o.OnSync = alsoOnSync(o.OnSync, hook) }
 }

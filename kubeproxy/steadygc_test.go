@@ -25,9 +25,9 @@ func TestSteadyGCAfterFirstSync(t *testing.T) {
 			var set []int
 			getenv := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
 			var seen []uint64
-			onSync := afterFirstSync(func(r backend.SyncResult) { seen = append(seen, r.Revision) }, func() {
+			onSync := alsoOnSync(func(r backend.SyncResult) { seen = append(seen, r.Revision) }, afterFirstSync(func() {
 				steadyGC(context.Background(), getenv, func(p int) int { set = append(set, p); return 100 })
-			})
+			}))
 			onSync(backend.SyncResult{Revision: 1, Err: errors.New("refused")})
 			if len(set) != 0 {
 				t.Fatalf("set after a failed first sync: %v", set)
@@ -44,7 +44,7 @@ func TestSteadyGCAfterFirstSync(t *testing.T) {
 	}
 	// Without an OnSync of its own, the hook still runs.
 	n := 0
-	onSync := afterFirstSync(nil, func() { n++ })
+	onSync := alsoOnSync(nil, afterFirstSync(func() { n++ }))
 	onSync(backend.SyncResult{})
 	onSync(backend.SyncResult{})
 	if n != 1 {
