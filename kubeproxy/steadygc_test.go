@@ -3,6 +3,7 @@ package kubeproxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -49,5 +50,38 @@ func TestSteadyGCAfterFirstSync(t *testing.T) {
 	onSync(backend.SyncResult{})
 	if n != 1 {
 		t.Errorf("hook ran %d times, want 1", n)
+	}
+}
+
+// A sync's garbage is returned to the kernel after a sync that rewrote the
+// whole dataplane or changed largeSync services, and not after the
+// incremental syncs of a few changes, which free little.
+func TestReleaseAfterLargeSync(t *testing.T) {
+	keys := func(n int) []backend.ServiceKey {
+		k := make([]backend.ServiceKey, n)
+		for i := range k {
+			k[i] = backend.ServiceKey{Namespace: "ns", Name: fmt.Sprint("s", i)}
+		}
+		return k
+	}
+	for _, tc := range []struct {
+		name string
+		res  backend.SyncResult
+		want int
+	}{
+		{"cold sync", backend.SyncResult{Full: true, Changes: backend.Changes{Reset: true}}, 1},
+		{"one service changed", backend.SyncResult{Changes: backend.Changes{Set: keys(1)}}, 0},
+		{"periodic sync, the dataplane intact", backend.SyncResult{Changes: backend.Changes{Resync: true}}, 0},
+		{"full resync", backend.SyncResult{Full: true, Changes: backend.Changes{Resync: true}}, 1},
+		{"a batch of largeSync services", backend.SyncResult{Changes: backend.Changes{Set: keys(largeSync)}}, 1},
+		{"a batch of one fewer", backend.SyncResult{Changes: backend.Changes{Set: keys(largeSync - 1)}}, 0},
+		{"set and deleted together", backend.SyncResult{Changes: backend.Changes{Set: keys(largeSync / 2), Deleted: keys(largeSync - largeSync/2)}}, 1},
+		{"a failed full sync", backend.SyncResult{Full: true, Changes: backend.Changes{Reset: true}, Err: errors.New("refused")}, 0},
+	} {
+		released := 0
+		releaseAfterLargeSync(func() { released++ })(tc.res)
+		if released != tc.want {
+			t.Errorf("%s: memory released %d times, want %d", tc.name, released, tc.want)
+		}
 	}
 }

@@ -394,33 +394,6 @@ func TestNodeChange(t *testing.T) {
 	}
 }
 
-// TestMemoryReleasedAfterFullSyncs: the heap a full sync freed is returned
-// once it is done (Plugin.Open sets releaseMemory), as is a large batch's,
-// and not after the incremental syncs of a few changes, which free little.
-func TestMemoryReleasedAfterFullSyncs(t *testing.T) {
-	f := newFixture(t, testConfig())
-	released := 0
-	f.b.releaseMemory = func() { released++ }
-	for _, tc := range []struct {
-		name string
-		sync func()
-		want int
-	}{
-		{"cold sync", func() { f.set(richServices()[0]) }, 1},
-		{"one service changed", func() { f.set(richServices()[1]) }, 0},
-		{"periodic sync, the table intact", func() { f.sync(backend.Changes{Resync: true}) }, 0},
-		{"full resync", func() { f.b.cfg.FullSyncPeriod = 0; f.sync(backend.Changes{Resync: true}) }, 1},
-		{"a batch of releaseAfterChanges services", func() { f.b.cfg.FullSyncPeriod = time.Hour; f.setMany(releaseAfterChanges, 1) }, 1},
-		{"a batch of one fewer", func() { f.setMany(releaseAfterChanges-1, 2) }, 0},
-	} {
-		released = 0
-		tc.sync()
-		if released != tc.want {
-			t.Errorf("%s: memory released %d times, want %d", tc.name, released, tc.want)
-		}
-	}
-}
-
 // TestFailedFullSyncIsFollowedByAFullOne: a full sync lets the mirror go
 // before it reads the table back (see table.forget); when it fails, the
 // next sync, whatever its changes, is a full one again and converges.
@@ -451,14 +424,4 @@ func TestFailedFullSyncIsFollowedByAFullOne(t *testing.T) {
 	if n := ops(f.b); n != 0 {
 		t.Errorf("a sync after convergence wrote %d operations", n)
 	}
-}
-
-// setMany syncs n bench services changed at once, their first endpoint
-// at generation gen.
-func (f *fixture) setMany(n, gen int) {
-	ses := make([]*localv1.ServiceEndpoints, n)
-	for i := range ses {
-		ses[i] = benchService(i, 1, gen)
-	}
-	f.set(ses...)
 }

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -141,13 +140,6 @@ func (p *Plugin) Open(ctx context.Context, env backend.Env) (backend.Backend, ba
 	}
 	b := NewBackend(p.Config, tables...)
 	b.log = klog.FromContext(ctx).WithName("nft")
-	// A full sync's garbage (at 10,000 services some 180 MB for the cold
-	// one, rendering included) grows the heap well past what the process
-	// keeps, and the runtime returns the difference to the kernel only
-	// slowly: without this the RSS stayed near the cold sync's peak.
-	// It costs a collection and the madvise of the freed pages, once per
-	// full sync (the cold one, then one per --full-sync-period).
-	b.releaseMemory = debug.FreeOSMemory
 	if p.Config.MetricsBindAddress != "" {
 		registerMetrics()
 	}

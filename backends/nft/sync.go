@@ -36,9 +36,6 @@ type Backend struct {
 	// is set during a Sync that repairs what it reported.
 	watch     kernelWatch
 	repairing bool
-	// releaseMemory, when set, is called after a sync that wrote or read
-	// back a whole table (see Plugin.Open).
-	releaseMemory func()
 }
 
 // SyncStats describes the transaction one sync ran on one table.
@@ -101,20 +98,8 @@ func (b *Backend) Sync(ctx context.Context, state *backend.State, changes backen
 		}
 	}
 	b.watch.startAfterFirstSync()
-	if (b.full || len(changes.Set)+len(changes.Deleted) >= releaseAfterChanges) && b.releaseMemory != nil {
-		b.releaseMemory()
-	}
 	return nil
 }
-
-// releaseAfterChanges is the number of services changed in one sync from
-// which the sync's garbage is returned to the kernel at once, as a full
-// sync's is. Such batches come after the proxy could not keep up: a burst,
-// a pause, the API server back after an outage. At 10,000 services, the
-// two syncs that caught up with 6,000 changes after a 67 s pause (2,828
-// and 2,258 services) grew the RSS from 181 to 338 MiB, where it stayed:
-// the heap goal they set was never reached again by one-change syncs.
-const releaseAfterChanges = 1000
 
 func (b *Backend) syncTable(ctx context.Context, t *table, state *backend.State, changes backend.Changes) (SyncStats, error) {
 	now := b.now()
