@@ -575,6 +575,9 @@ type target struct {
 	// most kpng's own figure may be (in the figure's unit).
 	goal     float64
 	absolute bool
+	// suffix follows the name where the page shows it (the size, when
+	// the target is checked at more than one).
+	suffix string
 }
 
 var targets = []target{
@@ -608,6 +611,17 @@ func targetResult(results []*SizeResult) *SizeResult {
 		}
 	}
 	return results[len(results)-1]
+}
+
+// result30k is the run at 30,000 services, where issue 20 states its
+// targets too, or nil.
+func result30k(results []*SizeResult) *SizeResult {
+	for _, r := range results {
+		if r.Services == size30k {
+			return r
+		}
+	}
+	return nil
 }
 
 // goalText is how a target's goal reads in the table.
@@ -647,16 +661,25 @@ type targetRow struct {
 // where kpng falls short with the numbers that show it.
 func targetsSection(b *strings.Builder, results []*SizeResult, fo *FanoutResult) {
 	r := targetResult(results)
-	rows := issue20Rows(r)
+	rows := issue20Rows(r, "")
 	ebpf := ebpfRows(results, r)
 	if len(rows) == 0 && len(ebpf) == 0 {
 		return
+	}
+	// The same targets at 30,000, each row named with its size.
+	sizes := thousands(r.Services)
+	if r30 := result30k(results); r30 != nil && r.Services == targetServices {
+		more := issue20Rows(r30, ", at "+thousands(r30.Services))
+		rows = append(rows, more...)
+		if len(more) > 0 {
+			sizes += " and " + thousands(r30.Services)
+		}
 	}
 	rows = append(rows, linearityRows(results)...)
 	rows = append(rows, fanoutRows(fo)...)
 	rows = append(rows, ebpf...)
 	if r.Services == targetServices {
-		fmt.Fprintf(b, "### Targets at %s services (each kpng backend / kube-proxy in the same mode, same run)\n\n", thousands(r.Services))
+		fmt.Fprintf(b, "### Targets at %s services (each kpng backend / kube-proxy in the same mode, same run)\n\n", sizes)
 	} else {
 		fmt.Fprintf(b, "### Targets, at %s services (each kpng backend / kube-proxy in the same mode, same run)\n\n"+
 			"**10,000 services, where the targets are stated, were not run**: these ratios at %s services are "+
@@ -693,7 +716,7 @@ func targetsSection(b *strings.Builder, results []*SizeResult, fo *FanoutResult)
 		b.WriteString("kpng meets every target checked here in this run.\n\n")
 		return
 	}
-	fmt.Fprintf(b, "#### Where kpng falls short at %s services\n\n", thousands(r.Services))
+	fmt.Fprintf(b, "#### Where kpng falls short at %s services\n\n", sizes)
 	for _, s := range short {
 		b.WriteString("- " + s + "\n")
 	}
@@ -701,8 +724,9 @@ func targetsSection(b *strings.Builder, results []*SizeResult, fo *FanoutResult)
 }
 
 // issue20Rows are issue 20's targets for each kpng backend of targetPairs
-// against kube-proxy in its mode, at r.
-func issue20Rows(r *SizeResult) []targetRow {
+// against kube-proxy in its mode, at r, each named with suffix after the
+// target's name.
+func issue20Rows(r *SizeResult, suffix string) []targetRow {
 	var rows []targetRow
 	for _, names := range targetPairs {
 		k, ref := r.proxy(names[0]), r.proxy(names[1])
@@ -710,6 +734,7 @@ func issue20Rows(r *SizeResult) []targetRow {
 			continue
 		}
 		for _, t := range targets {
+			t.suffix = suffix
 			rows = append(rows, t.row(r, k, ref))
 		}
 	}
@@ -723,21 +748,22 @@ func (t target) row(r *SizeResult, k, ref *ProxyResult) targetRow {
 	if t.absolute {
 		q = kv
 	}
-	row := targetRow{name: t.name, proxy: k.Name, figure: t.format(kv), against: ref.Name, refValue: t.format(rv),
+	name := t.name + t.suffix
+	row := targetRow{name: name, proxy: k.Name, figure: t.format(kv), against: ref.Name, refValue: t.format(rv),
 		ratio: ratio(kv, rv), goal: t.goalText(), met: "no data"}
 	switch {
 	case math.IsNaN(q) || math.IsInf(q, 0):
 		row.short = fmt.Sprintf("**%s**: no figure to compare (%s %s, %s %s); "+
-			"the notes under the %s-service table say why.", t.name, k.Name, t.format(kv), ref.Name, t.format(rv), thousands(r.Services))
+			"the notes under the %s-service table say why.", name, k.Name, t.format(kv), ref.Name, t.format(rv), thousands(r.Services))
 	case q <= t.goal:
 		row.met = "yes"
 	default:
 		row.met = "**no**"
 		if t.absolute {
-			row.short = fmt.Sprintf("**%s**, %s: %s where the goal is at most %g (%s: %s).", t.name, k.Name, t.format(kv), t.goal, ref.Name, t.format(rv))
+			row.short = fmt.Sprintf("**%s**, %s: %s where the goal is at most %g (%s: %s).", name, k.Name, t.format(kv), t.goal, ref.Name, t.format(rv))
 		} else {
 			row.short = fmt.Sprintf("**%s**, %s: %s against %s %s, a ratio of %s where the goal is at "+
-				"most %.2g (kpng would need %s or less).", t.name, k.Name, t.format(kv), ref.Name, t.format(rv), ratio(kv, rv), t.goal, t.format(t.goal*rv))
+				"most %.2g (kpng would need %s or less).", name, k.Name, t.format(kv), ref.Name, t.format(rv), ratio(kv, rv), t.goal, t.format(t.goal*rv))
 		}
 		switch t.name {
 		case netProgTarget:
