@@ -39,6 +39,80 @@ add element ip kpng m { 0-65535 : 10.0.0.3 . 80 }
 	}
 }
 
+// Additions that follow their set's or map's declaration go into it; any
+// other line ends the declaration, which is written as it was.
+func TestMergeElementsIntoDeclarations(t *testing.T) {
+	in := `add table ip kpng { comment "rules for kpng" ; }
+add map ip kpng m { typeof numgen random mod 65536 : ip daddr . tcp dport ; flags interval ; }
+add element ip kpng m { 0-32767 : 10.0.0.1 . 80 }
+add element ip kpng m { 32768-65535 : 10.0.0.2 . 80 }
+add set ip kpng s { type ipv4_addr ; comment "a set { with braces }" ; }
+add element ip kpng other { 10.0.0.9 }
+add set ip kpng s2 { type ipv4_addr ; }
+delete element ip kpng s2 { 10.0.0.1 }
+add map ip kpng empty { type ipv4_addr : verdict ; }
+add chain ip kpng c
+add set ip kpng last { type ipv4_addr ; }
+`
+	want := `add table ip kpng { comment "rules for kpng" ; }
+add map ip kpng m { typeof numgen random mod 65536 : ip daddr . tcp dport ; flags interval ; elements = { 0-32767 : 10.0.0.1 . 80, 32768-65535 : 10.0.0.2 . 80 } ; }
+add set ip kpng s { type ipv4_addr ; comment "a set { with braces }" ; }
+add element ip kpng other { 10.0.0.9 }
+add set ip kpng s2 { type ipv4_addr ; }
+delete element ip kpng s2 { 10.0.0.1 }
+add map ip kpng empty { type ipv4_addr : verdict ; }
+add chain ip kpng c
+add set ip kpng last { type ipv4_addr ; }
+`
+	if got := mergeElements(in); got != want {
+		t.Errorf("got:\n%s\nwant:\n%s", got, want)
+	}
+	// A long run fills the declaration, then commands of its own.
+	long := "add set ip kpng s { type ipv4_addr ; }\n" + strings.Repeat("add element ip kpng s { 10.0.0.1 }\n", maxElemsPerCommand+1)
+	got := mergeElements(long)
+	if n := strings.Count(got, "elements = {"); n != 1 || strings.Count(got, "add element") != 1 || !strings.HasSuffix(got, " }\n") {
+		t.Errorf("%d elements after their declaration: %d in it, then %d commands:\n%.300s", maxElemsPerCommand+1, n, strings.Count(got, "add element"), got)
+	}
+}
+
+// In a cold transaction each endpoint map's elements follow the map, for
+// the merger to declare them with it; elements that point at a chain come
+// after the chains.
+func TestNewSetsElementsFollowThem(t *testing.T) {
+	st := benchState(20, 3)
+	rec := &recorder{Interface: knftables.NewFake(knftables.IPv4Family, "kpng")}
+	empty := func(context.Context) (*snapshot, error) { return newSnapshot(), nil }
+	coldSync(t, NewBackend(testConfig(), newTable(ipv4, rec, empty)), st)
+	ops := rec.ops[0]
+	lastChain, maps := -1, 0
+	for i, o := range ops {
+		if _, ok := o.object().(*knftables.Chain); ok && o.elem == nil {
+			lastChain = i
+		}
+	}
+	for i, o := range ops {
+		if o.elem == nil {
+			continue
+		}
+		if strings.HasPrefix(o.elem.set, "ep-") {
+			prev := ops[i-1]
+			if m, ok := prev.object().(*knftables.Map); !(ok && prev.elem == nil && m.Name == o.elem.set) && !(prev.elem != nil && prev.elem.set == o.elem.set) {
+				t.Fatalf("element of %s at %d does not follow its map", o.elem.set, i)
+			}
+			maps++
+		} else if strings.Contains(o.elem.value, "goto ") && i < lastChain {
+			t.Fatalf("verdict element %v at %d comes before the last chain (%d)", o.elem, i, lastChain)
+		}
+	}
+	if maps != 60 {
+		t.Errorf("%d endpoint map elements, want 60", maps)
+	}
+	text := mergeElements(transaction(rec, ops).String())
+	if n := strings.Count(text, "elements = {"); n < 20 {
+		t.Errorf("%d declarations with their elements, want at least the 20 endpoint maps:\n%.2000s", n, text)
+	}
+}
+
 // recorder keeps the operations of the transactions it is given to run.
 type recorder struct {
 	knftables.Interface
