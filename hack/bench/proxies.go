@@ -169,9 +169,9 @@ func kubeProxyKind(name, mode string) proxyKind {
 }
 
 // logDuration returns a function that reads a klog key's Go duration
-// (`took="1.2s"`, or unquoted) from a line.
+// (`took="1.2s"`, `took="1m2.7s"`, or unquoted) from a line.
 func logDuration(key string) func(line string) (time.Duration, bool) {
-	re := regexp.MustCompile(`\b` + key + `="?([0-9][0-9.]*[a-zµ]+)"?`)
+	re := regexp.MustCompile(`\b` + key + `="?((?:[0-9][0-9.]*[a-zµ]+)+)"?`)
 	return func(line string) (time.Duration, bool) {
 		m := re.FindStringSubmatch(line)
 		if m == nil {

@@ -122,3 +122,24 @@ I1128 11:49:28.045410   31516 proxier.go:1088] "SyncProxyRules complete" ipFamil
 		})
 	}
 }
+
+// A duration of a minute or more is written with its minutes (and hours)
+// first: all of it is read, not its first unit.
+func TestLogDurationOfMinutes(t *testing.T) {
+	took, elapsed := logDuration("took"), logDuration("elapsed")
+	for _, tc := range []struct {
+		read func(string) (time.Duration, bool)
+		line string
+		want time.Duration
+	}{
+		{took, `"Synced nftables table" family="IPv4" took="1m2.760310584s"`, time.Minute + 2760310584*time.Nanosecond},
+		{elapsed, `"SyncProxyRules complete" ipFamily="IPv4" elapsed="4m34.458403832s"`, 4*time.Minute + 34458403832*time.Nanosecond},
+		{took, `took=1h2m3s x=1`, time.Hour + 2*time.Minute + 3*time.Second},
+		{took, `took="219.474633ms"`, 219474633 * time.Nanosecond},
+		{took, `took="949µs"`, 949 * time.Microsecond},
+	} {
+		if got, ok := tc.read(tc.line); !ok || got != tc.want {
+			t.Errorf("%s: read %v (%v), want %v", tc.line, got, ok, tc.want)
+		}
+	}
+}
