@@ -109,8 +109,8 @@ func main() {
 		noReport   = flag.Bool("no-report", false, "do not write BENCHMARKS.md and the plots")
 		ebpfOnly   = flag.Bool("ebpf-only", false, "run kpng-ebpf alone, for issue 21's figures: no workload phases, a longer probe (15 s unless --probe is given), "+
 			"single endpoint changes (--one-changes), results in <out>/ebpf, and only BENCHMARKS.md's kpng-ebpf section written (with --report-only too)")
-		oneChanges = flag.Int("one-changes", 60, "with --ebpf-only: how many single endpoint changes are made, one at a time")
-		oneRate    = flag.Float64("one-change-rate", 5, "with --ebpf-only: single endpoint changes per second")
+		oneChanges = flag.Int("one-changes", 60, "single endpoint changes made for each kpng proxy, one at a time, the others stopped (issue 20's and 21's one-change sync work); 0: none")
+		oneRate    = flag.Float64("one-change-rate", 5, "single endpoint changes per second (--one-changes)")
 		foAgents   = flag.Int("fanout-agents", fanoutTargetAgents, "node agents of the fan-out (hack/bench-fanout, after the sizes; not with --ebpf-only), each on its own gRPC connection; 0: no fan-out")
 		foServices = flag.Int("fanout-services", 0, "Services of the fan-out (default: the largest size run, at most 10,000)")
 		foChanges  = flag.Int("fanout-changes", 100, "EndpointSlice changes the fan-out measures, one at a time")

@@ -372,3 +372,37 @@ func TestSectionOfAStoppedRun(t *testing.T) {
 		t.Errorf("stopped run's section starts %q", s[:200])
 	}
 }
+
+// The one-endpoint change target is the mean of the syncs that applied one
+// change alone (kube-proxy logs none: its column is empty), not the churn's
+// sync time per change, and a proxy without them has no figure.
+func TestOneChangeTarget(t *testing.T) {
+	r := sampleResults()[3]
+	nft, ipt := r.proxy("kpng-nft"), r.proxy("kpng-iptables")
+	nft.OneChange = &OneChangeResult{Changes: 60, Syncs: 58, P50Ms: 1.4, P99Ms: 3.1, MeanMs: 1.62, MaxMs: 3.3}
+	ipt.OneChange = &OneChangeResult{Changes: 60, Syncs: 60, P50Ms: 2.2, P99Ms: 4, MeanMs: 2.41, MaxMs: 4.2}
+	var b strings.Builder
+	targetsSection(&b, []*SizeResult{r}, nil)
+	got := b.String()
+	wantAll(t, "the section lacks", got, []string{
+		"| one endpoint change alone: sync, mean (ms) | kpng-nft | 1.62 | kube-proxy-nftables | – | – | ≤ 2 | yes |",
+		"- **one endpoint change alone: sync, mean (ms)**, kpng-iptables: 2.41 where the goal is at most 2 (kube-proxy-iptables: –).",
+	})
+	if strings.Contains(got, "- **one endpoint change alone: sync, mean (ms)**, kpng-nft") {
+		t.Errorf("a target met is listed as a shortfall:\n%s", got)
+	}
+
+	nft.OneChange = &OneChangeResult{Changes: 60}
+	b.Reset()
+	targetsSection(&b, []*SizeResult{r}, nil)
+	wantAll(t, "without a sync of one change, the section lacks", b.String(), []string{
+		"- **one endpoint change alone: sync, mean (ms)**: no figure to compare",
+	})
+
+	b.Reset()
+	sizeSection(&b, r)
+	wantAll(t, "the size's table lacks", b.String(), []string{
+		"| one endpoint change alone: sync mean (ms) |",
+		"| one endpoint change alone: sync p99 (ms) |",
+	})
+}

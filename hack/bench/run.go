@@ -241,20 +241,8 @@ func runGroup(ctx context.Context, cfg *config, cl *cluster, proxies []*proxy, r
 			}
 		}
 	}
-	if cfg.ebpfOnly && cfg.oneChanges > 0 {
-		res.OneChanges, res.OneChangeRate = cfg.oneChanges, cfg.oneChangeRate
-		for _, p := range live {
-			status.set(n, fmt.Sprintf("single endpoint changes: %d, %s/s", cfg.oneChanges, f1(cfg.oneChangeRate)))
-			r := res.proxy(p.kind.Name)
-			oc, err := oneChanges(ctx, cfg, cl, p, cfg.oneChanges, cfg.oneChangeRate)
-			if err != nil {
-				r.Error = joinErr(r.Error, fmt.Sprintf("single endpoint changes: %v", err))
-				continue
-			}
-			r.OneChange = oc
-			logf("size %d: %s: %d syncs of one changed Service (of %d changes): took p50 %.3f ms, p99 %.3f ms, mean %.3f ms, max %.3f ms (load %.1f)",
-				n, p.kind.Name, oc.Syncs, oc.Changes, oc.P50Ms, oc.P99Ms, oc.MeanMs, oc.MaxMs, oc.LoadDuring)
-		}
+	if cfg.oneChanges > 0 {
+		singleChanges(ctx, cfg, cl, live, res)
 	}
 
 	status.set(n, "dataplane probes")
@@ -684,6 +672,37 @@ func runPhase(ctx context.Context, cfg *config, cl *cluster, phase string, live 
 		}
 	}
 	return slices.DeleteFunc(slices.Clone(live), func(p *proxy) bool { return !kept[p] }), nil
+}
+
+// singleChanges makes cfg.oneChanges single endpoint changes for each
+// kpng proxy of live in turn, the group's other proxies stopped (SIGSTOP)
+// meanwhile as in the churn's turns, and records what each sync that
+// applied one of them took: issue 20's one-endpoint change, sync work
+// (and issue 21's, with --ebpf-only). Kube-proxy logs no such line; the
+// others catch up, unmeasured, after each turn.
+func singleChanges(ctx context.Context, cfg *config, cl *cluster, live []*proxy, res *SizeResult) {
+	n := res.Services
+	res.OneChanges, res.OneChangeRate = cfg.oneChanges, cfg.oneChangeRate
+	for _, p := range live {
+		if p.kind.Reference == "" {
+			continue
+		}
+		status.set(n, fmt.Sprintf("%s: single endpoint changes: %d, %s/s", p.kind.Name, cfg.oneChanges, f1(cfg.oneChangeRate)))
+		others := slices.DeleteFunc(slices.Clone(live), func(o *proxy) bool { return o == p })
+		pause(others, true)
+		oc, err := oneChanges(ctx, cfg, cl, p, cfg.oneChanges, cfg.oneChangeRate)
+		pause(others, false)
+		resumed := time.Now()
+		drain(ctx, cfg, others, resumed, resumed, nil)
+		r := res.proxy(p.kind.Name)
+		if err != nil {
+			r.Error = joinErr(r.Error, fmt.Sprintf("single endpoint changes: %v", err))
+			continue
+		}
+		r.OneChange = oc
+		logf("size %d: %s: %d syncs of one changed Service (of %d changes): took p50 %.3f ms, p99 %.3f ms, mean %.3f ms, max %.3f ms (load %.1f)",
+			n, p.kind.Name, oc.Syncs, oc.Changes, oc.P50Ms, oc.P99Ms, oc.MeanMs, oc.MaxMs, oc.LoadDuring)
+	}
 }
 
 // inTurns reports whether phase runs once per proxy of the group, the
