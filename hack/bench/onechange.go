@@ -57,10 +57,10 @@ func summarizeOneChanges(changes int, took []time.Duration) *OneChangeResult {
 }
 
 // oneChanges updates k distinct Services' slices, one endpoint each, one
-// at a time at rate per second (slow enough that each reaches the proxy
-// alone: kpng-ebpf's minimum sync period is 10 ms), waits until p caught
-// up, and reads from p's log what each sync that applied one of them
-// took.
+// at a time at rate per second, waits until p caught up, and reads from
+// p's log what each sync that applied one of them took. Each change must
+// reach the proxy alone: rate leaves room for p's minimum sync period
+// (singlePacing).
 func oneChanges(ctx context.Context, cfg *config, cl *cluster, p *proxy, k int, rate float64) (*OneChangeResult, error) {
 	offset, err := fileSize(p.logPath)
 	if err != nil {
@@ -91,6 +91,22 @@ func oneChanges(ctx context.Context, cfg *config, cl *cluster, p *proxy, k int, 
 	r := summarizeOneChanges(k, took)
 	r.LoadDuring = loadAvg()[0]
 	return r, nil
+}
+
+// singleStep bounds how long one proxy's single changes take when its
+// minimum sync period forces them apart.
+const singleStep = 30 * time.Second
+
+// singlePacing returns how many single changes to make, and at what rate,
+// for a proxy with the minimum sync period minSync: k at rate if 1/rate
+// leaves each change a sync of its own, else (kpng-iptables' 1 s) changes
+// spaced 1.25 x minSync, at most what fits in singleStep (and at least 10).
+func singlePacing(k int, rate float64, minSync time.Duration) (int, float64) {
+	gap := 5 * minSync / 4
+	if rate <= 0 || time.Duration(float64(time.Second)/rate) >= gap {
+		return k, rate
+	}
+	return min(k, max(10, int(singleStep/gap))), float64(time.Second) / float64(gap)
 }
 
 func fileSize(path string) (int64, error) {

@@ -54,3 +54,37 @@ func TestProgramRunsSince(t *testing.T) {
 		t.Errorf("a link seen only after: %+v", got["getpeername4"])
 	}
 }
+
+// Single changes reach a proxy one by one: at the bench's rate for a 10 ms
+// minimum sync period, spaced wider than a longer one (kpng-iptables' 1 s,
+// which coalesced five changes per sync at 5/s), and then fewer of them.
+func TestSinglePacing(t *testing.T) {
+	if k, rate := singlePacing(60, 5, 10*time.Millisecond); k != 60 || rate != 5 {
+		t.Errorf("10 ms: %d changes at %g/s, want 60 at 5/s", k, rate)
+	}
+	k, rate := singlePacing(60, 5, time.Second)
+	if gap := time.Duration(float64(time.Second) / rate); gap < 1250*time.Millisecond-time.Microsecond || k != 24 {
+		t.Errorf("1 s: %d changes every %v, want 24 every 1.25 s", k, gap)
+	}
+	if k, _ := singlePacing(60, 5, 10*time.Second); k != 10 {
+		t.Errorf("10 s: %d changes, want at least 10", k)
+	}
+	if k, _ := singlePacing(5, 5, time.Second); k != 5 {
+		t.Errorf("asked for 5: %d", k)
+	}
+}
+
+func TestKpngKindMinSync(t *testing.T) {
+	for name, want := range map[string]time.Duration{"kpng-nft": 10 * time.Millisecond, "kpng-nft-1s": time.Second,
+		"kpng-iptables": time.Second, "kpng-ebpf": 10 * time.Millisecond} {
+		var got time.Duration = -1
+		for _, k := range proxyKinds {
+			if k.Name == name {
+				got = k.minSync
+			}
+		}
+		if got != want {
+			t.Errorf("%s: minimum sync period %v, want %v", name, got, want)
+		}
+	}
+}

@@ -44,6 +44,11 @@ type proxyKind struct {
 	// ebpf: the proxy needs a cgroup v2 and a BPF filesystem of its node
 	// (ebpfNode), and its probe client runs in that cgroup.
 	ebpf bool
+	// minSync is a kpng proxy's minimum sync period: kpng's default for
+	// its backend (10 ms; 1 s for iptables, whose every sync restores a
+	// whole table, as kube-proxy's), or the one its command line gives.
+	// Single changes are spaced wider than it (oneChanges).
+	minSync time.Duration
 }
 
 // runArgs is what a proxy's command line is made of.
@@ -99,8 +104,19 @@ func kpngKind(name, reference, backend string, extra ...string) proxyKind {
 	case ebpf:
 		group = "ebpf"
 	}
+	minSync := 10 * time.Millisecond
+	if iptables {
+		minSync = time.Second
+	}
+	for _, a := range extra {
+		if v, ok := strings.CutPrefix(a, "--min-sync-period="); ok {
+			if d, err := time.ParseDuration(v); err == nil {
+				minSync = d
+			}
+		}
+	}
 	return proxyKind{
-		Name: name, Reference: reference, ebpf: ebpf, Group: group,
+		Name: name, Reference: reference, ebpf: ebpf, Group: group, minSync: minSync,
 		argv: func(a runArgs) []string {
 			argv := append([]string{a.bins.kpng, "--v=2", "kube", "--kubeconfig=" + a.kubeconfig,
 				"to-local", "--node-name=" + nodeName, backend,

@@ -687,10 +687,11 @@ func singleChanges(ctx context.Context, cfg *config, cl *cluster, live []*proxy,
 		if p.kind.Reference == "" {
 			continue
 		}
-		status.set(n, fmt.Sprintf("%s: single endpoint changes: %d, %s/s", p.kind.Name, cfg.oneChanges, f1(cfg.oneChangeRate)))
+		k, rate := singlePacing(cfg.oneChanges, cfg.oneChangeRate, p.kind.minSync)
+		status.set(n, fmt.Sprintf("%s: single endpoint changes: %d, %s/s", p.kind.Name, k, f2(rate)))
 		others := slices.DeleteFunc(slices.Clone(live), func(o *proxy) bool { return o == p })
 		pause(others, true)
-		oc, err := oneChanges(ctx, cfg, cl, p, cfg.oneChanges, cfg.oneChangeRate)
+		oc, err := oneChanges(ctx, cfg, cl, p, k, rate)
 		pause(others, false)
 		resumed := time.Now()
 		drain(ctx, cfg, others, resumed, resumed, nil)
