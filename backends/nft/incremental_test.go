@@ -425,3 +425,111 @@ func TestFailedFullSyncIsFollowedByAFullOne(t *testing.T) {
 		t.Errorf("a sync after convergence wrote %d operations", n)
 	}
 }
+
+// TestReplacedEndpointKeepsTheOthersSlots: a pod replaced by one whose
+// address sorts elsewhere among the service's endpoints (given in address
+// order, as the brain sorts them) rewrites the one
+// slot of the endpoint map that held the old pod, not every slot whose
+// endpoint's rank moved; a restart finds the slots as the kernel holds them
+// and writes nothing; a new number of endpoints deals the slots afresh.
+func TestReplacedEndpointKeepsTheOthersSlots(t *testing.T) {
+	f := newFixture(t, testConfig())
+	web := func(ips ...string) *localv1.ServiceEndpoints {
+		opts := []svcOpt{port("http", tcp, 80, 0, true)}
+		for _, ip := range ips {
+			opts = append(opts, ep("http", tcp, ip, 8080, "cluster"))
+		}
+		return service("ns", "web", "10.96.0.5", opts...)
+	}
+	f.set(web("10.1.0.1", "10.1.0.2", "10.1.0.3", "10.1.0.4"))
+	m := endpointMapName(clusterChainPrefix + portBaseName("ns", "web", "tcp", "http"))
+
+	f.set(web("10.1.0.1", "10.1.0.3", "10.1.0.4", "10.9.0.9"))
+	want := []string{
+		"add element ip kpng " + m + " { 16384-32767 : 10.9.0.9 . 8080 }",
+		"delete element ip kpng " + m + " { 16384-32767 }",
+	}
+	if got := txLines(f.fake4); !slices.Equal(got, want) {
+		t.Errorf("transaction:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	g := newFixture(t, testConfig())
+	g.fake4, g.fake6 = f.fake4, f.fake6
+	g.b = NewBackend(testConfig(), newTable(ipv4, f.fake4, fakeReader(f.fake4)), newTable(ipv6, f.fake6, fakeReader(f.fake6)))
+	g.b.now, g.b.interfaceAddrs = f.b.now, f.b.interfaceAddrs
+	g.state = f.state
+	before := f.fake4.LastTransaction
+	g.sync(backend.Changes{})
+	if f.fake4.LastTransaction != before || ops(g.b) != 0 {
+		t.Fatalf("a restart rewrote the endpoint map's slots: %v\n%s", g.b.Last, strings.Join(txLines(f.fake4), "\n"))
+	}
+
+	g.set(web("10.1.0.0", "10.1.0.1", "10.1.0.3", "10.1.0.4", "10.9.0.9"))
+	got := strings.Join(txLines(f.fake4), "\n")
+	for _, e := range []string{"0-13106 : 10.1.0.0 . 8080", "13107-26213 : 10.1.0.1 . 8080", "52428-65535 : 10.9.0.9 . 8080"} {
+		if !strings.Contains(got, e) {
+			t.Errorf("five endpoints: %q not written in the endpoints' order:\n%s", e, got)
+		}
+	}
+}
+
+// keepSlots keeps each held endpoint in its slot and fills the others in
+// order, with few endpoints (a scan) and many (a lookup), duplicates
+// included.
+func TestKeepSlots(t *testing.T) {
+	for _, n := range []int{5, 40} {
+		els := make([]elem, n)
+		held := map[elemID]string{}
+		for i := range els {
+			els[i] = elem{elemID: elemID{"m", endpointSlot(i, n)}, isMap: true, value: fmt.Sprintf("v%03d", i/2)} // each value twice
+			if i%3 == 0 {
+				// Slot i held the value of endpoint n-1-i.
+				held[els[i].elemID] = fmt.Sprintf("v%03d", (n-1-i)/2)
+			}
+		}
+		held[els[1].elemID] = "gone"
+		values := make([]string, n)
+		for i := range els {
+			values[i] = els[i].value
+		}
+		got := slices.Clone(els)
+		keepSlots(got, func(id elemID) (string, bool) {
+			v, ok := held[id]
+			return v, ok
+		})
+		if g, w := slices.Sorted(slices.Values(valuesOf(got))), slices.Sorted(slices.Values(values)); !slices.Equal(g, w) {
+			t.Fatalf("n=%d: values %v are not a permutation of %v", n, g, w)
+		}
+		free := []string{}
+		for s := range got {
+			if got[s].elemID != els[s].elemID {
+				t.Fatalf("n=%d: slot %d's key changed: %v", n, s, got[s].elemID)
+			}
+			if v, ok := held[got[s].elemID]; ok && s != 1 {
+				if got[s].value != v {
+					t.Errorf("n=%d: slot %d held %q, got %q", n, s, v, got[s].value)
+				}
+				continue
+			}
+			free = append(free, got[s].value)
+		}
+		// The free slots take the unheld endpoints in order.
+		if !slices.IsSorted(free) {
+			t.Errorf("n=%d: free slots not filled in order: %v", n, free)
+		}
+
+		same := slices.Clone(els)
+		keepSlots(same, func(elemID) (string, bool) { return "", false })
+		if !slices.Equal(same, els) {
+			t.Errorf("n=%d: nothing held, slots dealt anew: %v", n, same)
+		}
+	}
+}
+
+func valuesOf(els []elem) []string {
+	out := make([]string, len(els))
+	for i := range els {
+		out[i] = els[i].value
+	}
+	return out
+}

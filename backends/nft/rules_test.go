@@ -361,7 +361,7 @@ func TestEndpointMapSlots(t *testing.T) {
 		opts = append(opts, ep("p", tcp, fmt.Sprintf("10.%d.%d.%d", 1+i>>16, i>>8&255, i&255), 8080, "cluster"))
 	}
 	f := newFixture(t, testConfig())
-	p := servicePart(f.b.env(ipv4, f.state), service("ns", "huge", "10.96.0.9", opts...))
+	p := servicePart(f.b.env(ipv4, f.state), service("ns", "huge", "10.96.0.9", opts...), nil)
 	if len(p.sets) != 0 {
 		t.Errorf("%d endpoints got an endpoint map of %d slots", endpointSlots+1, endpointSlots)
 	}

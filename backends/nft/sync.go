@@ -129,9 +129,15 @@ func (b *Backend) syncTable(ctx context.Context, t *table, state *backend.State,
 			return st, err
 		}
 		parts[fixedOwner] = fixedPart(e)
+		// What the kernel holds: endpoints keep their slots across a
+		// restart or a repair too.
+		held := func(id elemID) (string, bool) {
+			v, ok := snap.elems[id]
+			return v, ok
+		}
 		for k, se := range state.Services {
 			if k.Family == t.fam.model {
-				parts[owner(k)] = servicePart(e, se)
+				parts[owner(k)] = servicePart(e, se, held)
 			}
 		}
 	} else {
@@ -140,14 +146,14 @@ func (b *Backend) syncTable(ctx context.Context, t *table, state *backend.State,
 			parts[fixedOwner] = fixedPart(e)
 			for k, se := range state.Services {
 				if k.Family == t.fam.model {
-					parts[owner(k)] = servicePart(e, se)
+					parts[owner(k)] = servicePart(e, se, t.heldBy(owner(k)))
 				}
 			}
 		}
 		for _, k := range changes.Set {
 			if k.Family == t.fam.model {
 				if se := state.Services[k]; se != nil {
-					parts[owner(k)] = servicePart(e, se)
+					parts[owner(k)] = servicePart(e, se, t.heldBy(owner(k)))
 				}
 			}
 		}
