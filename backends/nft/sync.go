@@ -146,14 +146,14 @@ func (b *Backend) syncTable(ctx context.Context, t *table, state *backend.State,
 			parts[fixedOwner] = fixedPart(e)
 			for k, se := range state.Services {
 				if k.Family == t.fam.model {
-					parts[owner(k)] = servicePart(e, se, t.heldBy(owner(k)))
+					parts[owner(k)] = servicePart(e, se, t.have)
 				}
 			}
 		}
 		for _, k := range changes.Set {
 			if k.Family == t.fam.model {
 				if se := state.Services[k]; se != nil {
-					parts[owner(k)] = servicePart(e, se, t.heldBy(owner(k)))
+					parts[owner(k)] = servicePart(e, se, t.have)
 				}
 			}
 		}

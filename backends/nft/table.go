@@ -50,35 +50,6 @@ type table struct {
 	lastFull time.Time
 }
 
-// heldBy returns what the mirror says the kernel holds of the elements
-// owner's part wrote (nil when it wrote none): the part's own values, the
-// ones an endpoint map's slots hold (no other owner claims those).
-func (t *table) heldBy(owner string) heldElems {
-	prev := t.parts[owner]
-	if prev == nil || len(prev.elems) == 0 {
-		return nil
-	}
-	if len(prev.elems) > 32 {
-		// A service of many endpoints: a lookup per slot.
-		m := make(map[elemID]string, len(prev.elems))
-		for i := range prev.elems {
-			m[prev.elems[i].elemID] = prev.elems[i].value
-		}
-		return func(id elemID) (string, bool) {
-			v, ok := m[id]
-			return v, ok
-		}
-	}
-	return func(id elemID) (string, bool) {
-		for i := range prev.elems {
-			if prev.elems[i].elemID == id {
-				return prev.elems[i].value, true
-			}
-		}
-		return "", false
-	}
-}
-
 // claim is one owner's wish for an element. Two services may want the same
 // element (a pod port behind two services in the hairpin set; a shared
 // external IP): it stays while anyone wants it. When values differ, the
