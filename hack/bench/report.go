@@ -354,18 +354,10 @@ func sizeSection(b *strings.Builder, r *SizeResult) {
 	row("churn: network programming p99 (s)", phase(phaseChurn, func(ph *PhaseResult) float64 { return nz(ph.NetProgP99) }), f2)
 	row("churn: CPU (s)", phase(phaseChurn, func(ph *PhaseResult) float64 { return ph.CPUSeconds }), f1)
 	row("churn: cores busy", phase(phaseChurn, func(ph *PhaseResult) float64 { return ph.CPUSeconds / ph.WallSeconds }), f2)
-	oneChange := func(get func(*OneChangeResult) float64) func(*ProxyResult) float64 {
-		return func(p *ProxyResult) float64 {
-			if p.OneChange == nil || p.OneChange.Syncs == 0 {
-				return math.NaN()
-			}
-			return get(p.OneChange)
-		}
-	}
-	row("one endpoint change alone: syncs of one change", oneChange(func(o *OneChangeResult) float64 { return float64(o.Syncs) }), f0)
+	row("one endpoint change alone: syncs of one change", oneChangeValue(func(o *OneChangeResult) float64 { return float64(o.Syncs) }), f0)
 	row("one endpoint change alone: sync mean (ms)", oneChangeMeanMs, f2)
-	row("one endpoint change alone: sync p50 (ms)", oneChange(func(o *OneChangeResult) float64 { return o.P50Ms }), f2)
-	row("one endpoint change alone: sync p99 (ms)", oneChange(func(o *OneChangeResult) float64 { return o.P99Ms }), f2)
+	row("one endpoint change alone: sync p50 (ms)", oneChangeValue(func(o *OneChangeResult) float64 { return o.P50Ms }), f2)
+	row("one endpoint change alone: sync p99 (ms)", oneChangeValue(func(o *OneChangeResult) float64 { return o.P99Ms }), f2)
 	row("burst: caught up after (s)", phase(phaseBurst, caughtUp), f1, notCaughtUp(phaseBurst))
 	row("burst: network programming p99 (s)", phase(phaseBurst, func(ph *PhaseResult) float64 { return nz(ph.NetProgP99) }), f2)
 	row("burst: CPU (s)", phase(phaseBurst, func(ph *PhaseResult) float64 { return ph.CPUSeconds }), f1)
@@ -609,10 +601,18 @@ var targetPairs = [][2]string{{"kpng-nft", "kube-proxy-nftables"}, {"kpng-iptabl
 // change alone (singleChanges), NaN without them (kube-proxy, or results
 // from before the bench made them).
 func oneChangeMeanMs(p *ProxyResult) float64 {
-	if p.OneChange == nil || p.OneChange.Syncs == 0 {
-		return math.NaN()
+	return oneChangeValue(func(o *OneChangeResult) float64 { return o.MeanMs })(p)
+}
+
+// oneChangeValue reads a figure of a proxy's single changes, NaN without
+// a sync of one.
+func oneChangeValue(get func(*OneChangeResult) float64) func(*ProxyResult) float64 {
+	return func(p *ProxyResult) float64 {
+		if p.OneChange == nil || p.OneChange.Syncs == 0 {
+			return math.NaN()
+		}
+		return get(p.OneChange)
 	}
-	return p.OneChange.MeanMs
 }
 
 func churnValue(get func(*PhaseResult) float64) func(*ProxyResult) float64 {

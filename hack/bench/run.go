@@ -649,37 +649,50 @@ func runPhase(ctx context.Context, cfg *config, cl *cluster, phase string, live 
 	}
 	kept := map[*proxy]bool{}
 	for _, p := range live {
-		others := slices.DeleteFunc(slices.Clone(live), func(o *proxy) bool { return o == p })
-		pause(others, true)
-		next, err := runPhaseOf(ctx, cfg, cl, phase, []*proxy{p}, res)
-		pause(others, false)
+		var next []*proxy
+		var err error
+		turnOf(ctx, cfg, live, p, phase, res, func() {
+			next, err = runPhaseOf(ctx, cfg, cl, phase, []*proxy{p}, res)
+		})
 		if err != nil {
 			return live, err
 		}
 		for _, q := range next {
 			kept[q] = true
 		}
-		status.set(res.Services, fmt.Sprintf("%s: the proxies stopped during %s's turn catch up", phase, p.kind.Name))
-		resumed := time.Now()
-		for i, c := range drain(ctx, cfg, others, resumed, resumed, nil) {
-			if o := others[i]; c.at.IsZero() && o.running() {
-				// Its own turn (or the next phase) would be charged the
-				// backlog: said beside its figures.
-				r := res.proxy(o.kind.Name)
-				r.Error = joinErr(r.Error, fmt.Sprintf("did not catch up within %v after being stopped during %s's %s turn",
-					cfg.drainTimeout, p.kind.Name, phase))
-			}
-		}
 	}
 	return slices.DeleteFunc(slices.Clone(live), func(p *proxy) bool { return !kept[p] }), nil
 }
 
+// turnOf runs measure with the proxies of live other than p stopped
+// (SIGSTOP), so that p has the cores to itself beside the API server; then
+// the others catch up on what they missed, unmeasured. One that does not
+// within cfg.drainTimeout has it said beside its figures: its own turn
+// (or the next phase) would be charged the backlog.
+func turnOf(ctx context.Context, cfg *config, live []*proxy, p *proxy, what string, res *SizeResult, measure func()) {
+	others := slices.DeleteFunc(slices.Clone(live), func(o *proxy) bool { return o == p })
+	pause(others, true)
+	measure()
+	pause(others, false)
+	if len(others) == 0 {
+		return
+	}
+	status.set(res.Services, fmt.Sprintf("%s: the proxies stopped during %s's turn catch up", what, p.kind.Name))
+	resumed := time.Now()
+	for i, c := range drain(ctx, cfg, others, resumed, resumed, nil) {
+		if o := others[i]; c.at.IsZero() && o.running() {
+			r := res.proxy(o.kind.Name)
+			r.Error = joinErr(r.Error, fmt.Sprintf("did not catch up within %v after being stopped during %s's %s turn",
+				cfg.drainTimeout, p.kind.Name, what))
+		}
+	}
+}
+
 // singleChanges makes cfg.oneChanges single endpoint changes for each
-// kpng proxy of live in turn, the group's other proxies stopped (SIGSTOP)
-// meanwhile as in the churn's turns, and records what each sync that
-// applied one of them took: issue 20's one-endpoint change, sync work
-// (and issue 21's, with --ebpf-only). Kube-proxy logs no such line; the
-// others catch up, unmeasured, after each turn.
+// kpng proxy of live in its turn (turnOf, as the churn's), and records
+// what each sync that applied one of them took: issue 20's one-endpoint
+// change, sync work (and issue 21's, with --ebpf-only). Kube-proxy logs no
+// such line.
 func singleChanges(ctx context.Context, cfg *config, cl *cluster, live []*proxy, res *SizeResult) {
 	n := res.Services
 	res.OneChanges, res.OneChangeRate = cfg.oneChanges, cfg.oneChangeRate
@@ -689,12 +702,11 @@ func singleChanges(ctx context.Context, cfg *config, cl *cluster, live []*proxy,
 		}
 		k, rate := singlePacing(cfg.oneChanges, cfg.oneChangeRate, p.kind.minSync)
 		status.set(n, fmt.Sprintf("%s: single endpoint changes: %d, %s/s", p.kind.Name, k, f2(rate)))
-		others := slices.DeleteFunc(slices.Clone(live), func(o *proxy) bool { return o == p })
-		pause(others, true)
-		oc, err := oneChanges(ctx, cfg, cl, p, k, rate)
-		pause(others, false)
-		resumed := time.Now()
-		drain(ctx, cfg, others, resumed, resumed, nil)
+		var oc *OneChangeResult
+		var err error
+		turnOf(ctx, cfg, live, p, "single changes", res, func() {
+			oc, err = oneChanges(ctx, cfg, cl, p, k, rate)
+		})
 		r := res.proxy(p.kind.Name)
 		if err != nil {
 			r.Error = joinErr(r.Error, fmt.Sprintf("single endpoint changes: %v", err))
