@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,9 +36,33 @@ func BenchmarkKernel(b *testing.B) {
 	b.Run("nft", func(b *testing.B) { benchmarkKernel(b, 10000, false) })
 	b.Run("netlink-1000", func(b *testing.B) { benchmarkKernel(b, 1000, true) })
 	b.Run("netlink-30000", func(b *testing.B) { benchmarkKernel(b, 30000, true) })
+	b.Run("netlink-cold", func(b *testing.B) { benchmarkKernelCold(b, 10000) })
+	b.Run("netlink-30000-cold", func(b *testing.B) { benchmarkKernelCold(b, 30000) })
 }
 
 func benchmarkKernel(b *testing.B, services int, netlink bool) {
+	benchmarkKernelWith(b, services, netlink, nil)
+}
+
+// benchmarkKernelCold is benchmarkKernel's netlink loop with the CPU's
+// caches evicted before each sync (not timed), as they are on a node
+// where changes come a second apart or more.
+func benchmarkKernelCold(b *testing.B, services int) {
+	benchmarkKernelWith(b, services, true, evictCaches())
+}
+
+// evictCaches returns what evicts the CPU's caches: writing 64 MiB, twice
+// the L3 of the machine the figures come from.
+func evictCaches() func() {
+	buf := make([]byte, 64<<20)
+	return func() {
+		for i := 0; i < len(buf); i += 64 {
+			buf[i]++
+		}
+	}
+}
+
+func benchmarkKernelWith(b *testing.B, services int, netlink bool, evict func()) {
 	var failure string
 	inNetns(b, func(*netnstest.Netns) {
 		nft, err := knftables.New(knftables.IPv4Family, "kpng")
@@ -102,6 +127,11 @@ func benchmarkKernel(b *testing.B, services int, netlink bool) {
 			se := benchService(gen%services, 10, gen)
 			k := backend.KeyOf(se)
 			st.Services[k] = se
+			if evict != nil {
+				b.StopTimer()
+				evict()
+				b.StartTimer()
+			}
 			if err := be.Sync(ctx, st, backend.Changes{Set: []backend.ServiceKey{k}}); err != nil {
 				failure = err.Error()
 				return
@@ -113,7 +143,11 @@ func benchmarkKernel(b *testing.B, services int, netlink bool) {
 			}
 		}
 		b.StopTimer()
-		b.ReportMetric(float64((threadCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/sync")
+		if evict == nil {
+			// (With the eviction in the loop, the tick would charge its
+			// time to the syncs.)
+			b.ReportMetric(float64((threadCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/sync")
+		}
 		b.ReportMetric(float64(cold.Milliseconds()), "cold-sync-ms")
 		b.ReportMetric(float64(coldOps), "cold-nft-ops")
 		b.ReportMetric(float64(resync.Milliseconds()), "resync-ms")
@@ -147,4 +181,103 @@ func threadCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(r.Utime.Nano() + r.Stime.Nano())
+}
+
+// BenchmarkKernelShape measures what the kernel's cost of a one-element
+// change (one delete and one add in one set, one transaction, as a
+// replaced endpoint) owes to the rest of the namespace's nftables: N
+// chains or N sets, in the changed set's table or in another one. It
+// separates the two walks that make kpng's single changes grow with the
+// number of services (docs/performance.md, "One endpoint change"):
+// the commit visits every chain of every table, the element operation
+// searches the sets of its own table by name. "cold" evicts the CPU's
+// caches (evictCaches) before each change, as a node quiet for a
+// second between changes has them; the eviction is not timed. Wall time
+// only: the thread's CPU time is counted by the tick, and would charge
+// the eviction's to the change.
+//
+//	go test -tags e2e -run XXX -bench 'KernelShape' -benchtime 2000x ./backends/nft/
+func BenchmarkKernelShape(b *testing.B) {
+	for _, n := range []int{10000, 30000} {
+		for _, c := range []struct {
+			name                    string
+			chains, sets, elsewhere bool
+		}{
+			{name: "chains", chains: true},
+			{name: "sets", sets: true},
+			{name: "chains-other-table", chains: true, elsewhere: true},
+			{name: "sets-other-table", sets: true, elsewhere: true},
+		} {
+			for _, cold := range []bool{false, true} {
+				name := fmt.Sprintf("%s-%d", c.name, n)
+				if cold {
+					name += "-cold"
+				}
+				b.Run(name, func(b *testing.B) {
+					benchmarkShape(b, n, c.chains, c.sets, c.elsewhere, cold)
+				})
+			}
+		}
+	}
+}
+
+func benchmarkShape(b *testing.B, n int, chains, sets, elsewhere, cold bool) {
+	var failure string
+	inNetns(b, func(ns *netnstest.Netns) {
+		// Table t holds the changed set "s"; the N chains or sets are in
+		// t (before "s" in its list of sets, as the services' maps are
+		// before most of theirs on average) or in table u.
+		var in strings.Builder
+		in.WriteString("add table ip t\nadd table ip u\n")
+		where := "t"
+		if elsewhere {
+			where = "u"
+		}
+		for i := range n {
+			if chains {
+				fmt.Fprintf(&in, "add chain ip %s c-%d\n", where, i)
+			}
+			if sets {
+				fmt.Fprintf(&in, "add set ip %s s-%d { type ipv4_addr; }\n", where, i)
+			}
+		}
+		in.WriteString("add set ip t s { type ipv4_addr; }\nadd element ip t s { 10.0.0.0 }\n")
+		if out, err := ns.RunInput(in.String(), "nft", "-f", "-"); err != nil {
+			failure = fmt.Sprintf("loading the tables: %v: %s", err, out)
+			return
+		}
+		w := newNLTable(ipv4, "t")
+		defer w.close()
+		def := &set{name: "s", typ: "ipv4_addr"}
+		sets := func(string) *set { return def }
+		elem := func(i int) *elem {
+			return &elem{elemID: elemID{set: "s", key: fmt.Sprintf("10.0.%d.%d", i/256%256, i%256)}}
+		}
+		var evict func()
+		if cold {
+			evict = evictCaches()
+		}
+		ctx := context.Background()
+		i := 0
+		for b.Loop() {
+			msgs, err := w.encode([]op{{verb: opDelete, elem: elem(i)}, {verb: opAdd, elem: elem(i + 1)}}, sets)
+			if err != nil {
+				failure = err.Error()
+				return
+			}
+			if evict != nil {
+				b.StopTimer()
+				evict()
+				b.StartTimer()
+			}
+			if err := w.send(ctx, msgs); err != nil {
+				failure = fmt.Sprintf("change %d: %v", i, err)
+				return
+			}
+			i++
+		}
+	})
+	if failure != "" {
+		b.Fatalf("benchmark failed: %s", failure)
+	}
 }

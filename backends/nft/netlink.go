@@ -118,7 +118,7 @@ func (w *nlTable) encode(ops []op, sets func(string) *set) ([]netlink.Message, e
 	for i := 0; i < len(ops); {
 		// A run of element operations on one set is one message, as one
 		// nft command is: the kernel looks a set up by name by going
-		// through every set of the table (20,000 at 10,000 services).
+		// through every set of the table (one map per service port).
 		if e := ops[i].elem; e != nil {
 			j := i + 1
 			for j < len(ops) && j-i < maxElemsPerMsg && ops[j].verb == ops[i].verb && sameSet(ops[j].elem, e) {
