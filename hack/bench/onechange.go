@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -17,6 +18,53 @@ import (
 // (backend/run.go): `"Dataplane synced" revision=12 changes="reset=false
 // resync=false node=false set=1 deleted=0" took="412.6µs"`.
 var oneChangeSync = regexp.MustCompile(`"Dataplane synced".* changes="reset=false resync=false node=false set=1 deleted=0" took="?([^" ]+)"?`)
+
+// changeSynced matches a sync that applied one Service's change or more.
+var changeSynced = regexp.MustCompile(`"Dataplane synced".* changes="[^"]* set=[1-9]`)
+
+// awaitLine waits until path, from byte offset on, has a whole line that
+// re matches (polling it: the proxy writes it), for at most timeout.
+func awaitLine(ctx context.Context, path string, offset int64, re *regexp.Regexp, timeout time.Duration) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	var buf []byte
+	chunk := make([]byte, 64<<10)
+	for {
+		n, err := f.Read(chunk)
+		buf = append(buf, chunk[:n]...)
+		for {
+			nl := bytes.IndexByte(buf, '\n')
+			if nl < 0 {
+				break
+			}
+			if re.Match(buf[:nl]) {
+				return nil
+			}
+			buf = buf[nl+1:]
+		}
+		if n > 0 {
+			continue
+		}
+		if err != nil && err != io.EOF {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no line matching %q in %s within %v", re, path, timeout)
+		}
+		select {
+		case <-time.After(5 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
 
 // parseOneChangeSyncs returns the "took" of every sync of r that applied
 // exactly one changed Service.
@@ -57,20 +105,35 @@ func summarizeOneChanges(changes int, took []time.Duration) *OneChangeResult {
 }
 
 // oneChanges updates k distinct Services' slices, one endpoint each, one
-// at a time at rate per second, waits until p caught up, and reads from
-// p's log what each sync that applied one of them took. Each change must
-// reach the proxy alone: rate leaves room for p's minimum sync period
-// (singlePacing).
+// at a time, at most rate per second, waits until p caught up, and reads
+// from p's log what each sync that applied one of them took. Each change
+// must reach the proxy alone: the next one waits for p's sync of it (a
+// change made during a sync is applied with the next one) and for 1/rate,
+// which leaves room for p's minimum sync period (singlePacing).
 func oneChanges(ctx context.Context, cfg *config, cl *cluster, p *proxy, k int, rate float64) (*OneChangeResult, error) {
 	offset, err := fileSize(p.logPath)
 	if err != nil {
 		return nil, err
 	}
 	order := rand.Perm(len(cl.slices))
-	if err := paced(ctx, k, rate, func(ctx context.Context, i int) error {
-		return cl.update(ctx, order[i%len(order)])
-	}); err != nil {
-		return nil, err
+	gap := time.Duration(float64(time.Second) / rate)
+	for i := range k {
+		next := time.Now().Add(gap)
+		at, err := fileSize(p.logPath)
+		if err != nil {
+			return nil, err
+		}
+		if err := cl.update(ctx, order[i%len(order)]); err != nil {
+			return nil, err
+		}
+		if err := awaitLine(ctx, p.logPath, at, changeSynced, cfg.drainTimeout); err != nil {
+			return nil, fmt.Errorf("%s: single change %d of %d: %w", p.kind.Name, i+1, k, err)
+		}
+		select {
+		case <-time.After(time.Until(next)):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	caught := drain(ctx, cfg, []*proxy{p}, cl.lastWriteStart(), time.Now(), nil)
 	if caught[0].at.IsZero() {
@@ -94,13 +157,14 @@ func oneChanges(ctx context.Context, cfg *config, cl *cluster, p *proxy, k int, 
 }
 
 // singleStep bounds how long one proxy's single changes take when its
-// minimum sync period forces them apart.
+// minimum sync period forces them apart (besides the syncs' own time).
 const singleStep = 30 * time.Second
 
 // singlePacing returns how many single changes to make, and at what rate,
 // for a proxy with the minimum sync period minSync: k at rate if 1/rate
-// leaves each change a sync of its own, else (kpng-iptables' 1 s) changes
-// spaced 1.25 x minSync, at most what fits in singleStep (and at least 10).
+// is longer than that period, else (kpng-iptables' 1 s, which would hold
+// each change anyway) changes spaced 1.25 x minSync, at most what fits in
+// singleStep (and at least 10).
 func singlePacing(k int, rate float64, minSync time.Duration) (int, float64) {
 	gap := 5 * minSync / 4
 	if rate <= 0 || time.Duration(float64(time.Second)/rate) >= gap {

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -86,5 +90,53 @@ func TestKpngKindMinSync(t *testing.T) {
 		if got != want {
 			t.Errorf("%s: minimum sync period %v, want %v", name, got, want)
 		}
+	}
+}
+
+// A single change waits for the line of its own sync: not a line written
+// before the change (before offset), not a sync of no change, not half a
+// line.
+func TestAwaitLineWaitsForTheSyncOfAChange(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kpng.log")
+	old := `"Dataplane synced" revision=2 changes="reset=false resync=false node=false set=1 deleted=0" took="1ms"` + "\n"
+	if err := os.WriteFile(path, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	write := func(s string) {
+		if _, err := f.WriteString(s); err != nil {
+			t.Error(err)
+		}
+	}
+	// What the proxy writes, a part every 50 ms: awaitLine must return on
+	// none but the last.
+	parts := []string{
+		`"Dataplane synced" revision=3 changes="reset=false resync=true node=false set=0 deleted=0" took="3ms"` + "\n",
+		`"Dataplane synced" revision=4 changes="reset=false resync=false node=false set=1`,
+		` deleted=0" took="2ms"` + "\n",
+	}
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() { done <- awaitLine(ctx, path, int64(len(old)), changeSynced, time.Minute) }()
+	for _, part := range parts {
+		select {
+		case err := <-done:
+			t.Fatalf("returned (%v) before %q was written", err, part)
+		case <-time.After(50 * time.Millisecond):
+		}
+		write(part)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// No such line: an error naming what it waited for, once the time is up.
+	err = awaitLine(ctx, path, int64(len(old)+len(parts[0])), regexp.MustCompile(`set=7`), 20*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "set=7") {
+		t.Errorf("no matching line: got %v", err)
 	}
 }
