@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -21,50 +20,6 @@ var oneChangeSync = regexp.MustCompile(`"Dataplane synced".* changes="reset=fals
 
 // changeSynced matches a sync that applied one Service's change or more.
 var changeSynced = regexp.MustCompile(`"Dataplane synced".* changes="[^"]* set=[1-9]`)
-
-// awaitLine waits until path, from byte offset on, has a whole line that
-// re matches (polling it: the proxy writes it), for at most timeout.
-func awaitLine(ctx context.Context, path string, offset int64, re *regexp.Regexp, timeout time.Duration) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return err
-	}
-	deadline := time.Now().Add(timeout)
-	var buf []byte
-	chunk := make([]byte, 64<<10)
-	for {
-		n, err := f.Read(chunk)
-		buf = append(buf, chunk[:n]...)
-		for {
-			nl := bytes.IndexByte(buf, '\n')
-			if nl < 0 {
-				break
-			}
-			if re.Match(buf[:nl]) {
-				return nil
-			}
-			buf = buf[nl+1:]
-		}
-		if n > 0 {
-			continue
-		}
-		if err != nil && err != io.EOF {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no line matching %q in %s within %v", re, path, timeout)
-		}
-		select {
-		case <-time.After(5 * time.Millisecond):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
 
 // parseOneChangeSyncs returns the "took" of every sync of r that applied
 // exactly one changed Service.
@@ -119,15 +74,17 @@ func oneChanges(ctx context.Context, cfg *config, cl *cluster, p *proxy, k int, 
 	gap := time.Duration(float64(time.Second) / rate)
 	for i := range k {
 		next := time.Now().Add(gap)
-		at, err := fileSize(p.logPath)
-		if err != nil {
-			return nil, err
-		}
+		synced := p.nextLine(changeSynced)
 		if err := cl.update(ctx, order[i%len(order)]); err != nil {
 			return nil, err
 		}
-		if err := awaitLine(ctx, p.logPath, at, changeSynced, cfg.drainTimeout); err != nil {
-			return nil, fmt.Errorf("%s: single change %d of %d: %w", p.kind.Name, i+1, k, err)
+		select {
+		case <-synced:
+		case <-time.After(cfg.drainTimeout):
+			return nil, fmt.Errorf("%s: single change %d of %d: no line matching %q in its log within %v",
+				p.kind.Name, i+1, k, changeSynced, cfg.drainTimeout)
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
 		select {
 		case <-time.After(time.Until(next)):

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"context"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -96,47 +93,49 @@ func TestKpngKindMinSync(t *testing.T) {
 // A single change waits for the line of its own sync: not a line written
 // before the change (before offset), not a sync of no change, not half a
 // line.
-func TestAwaitLineWaitsForTheSyncOfAChange(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "kpng.log")
-	old := `"Dataplane synced" revision=2 changes="reset=false resync=false node=false set=1 deleted=0" took="1ms"` + "\n"
-	if err := os.WriteFile(path, []byte(old), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+func TestNextLineWaitsForTheSyncOfAChange(t *testing.T) {
+	// A proxy past its first sync, its log fed as the process writes it.
+	p := &proxy{firstSync: time.Now()}
+	log := &lineWatcher{fn: p.onLine}
 	write := func(s string) {
-		if _, err := f.WriteString(s); err != nil {
+		if _, err := log.Write([]byte(s)); err != nil {
 			t.Error(err)
 		}
 	}
-	// What the proxy writes, a part every 50 ms: awaitLine must return on
+	write(`"Dataplane synced" revision=2 changes="reset=false resync=false node=false set=1 deleted=0" took="1ms"` + "\n")
+	synced := p.nextLine(changeSynced)
+	// What the proxy writes next, a part at a time: the wait must end on
 	// none but the last.
 	parts := []string{
 		`"Dataplane synced" revision=3 changes="reset=false resync=true node=false set=0 deleted=0" took="3ms"` + "\n",
 		`"Dataplane synced" revision=4 changes="reset=false resync=false node=false set=1`,
 		` deleted=0" took="2ms"` + "\n",
 	}
-	ctx := context.Background()
-	done := make(chan error, 1)
-	go func() { done <- awaitLine(ctx, path, int64(len(old)), changeSynced, time.Minute) }()
-	for _, part := range parts {
+	for i, part := range parts {
 		select {
-		case err := <-done:
-			t.Fatalf("returned (%v) before %q was written", err, part)
-		case <-time.After(50 * time.Millisecond):
+		case <-synced:
+			t.Fatalf("ended before %q was written", part)
+		default:
 		}
 		write(part)
+		if i < len(parts)-1 {
+			continue
+		}
+		select {
+		case <-synced:
+		default:
+			t.Fatal("not ended by the sync of a change")
+		}
 	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	// A wait for a line that does not come stays open, and is kept.
+	never := p.nextLine(regexp.MustCompile(`set=7`))
+	write(parts[0])
+	select {
+	case <-never:
+		t.Error("a wait for set=7 ended on another line")
+	default:
 	}
-
-	// No such line: an error naming what it waited for, once the time is up.
-	err = awaitLine(ctx, path, int64(len(old)+len(parts[0])), regexp.MustCompile(`set=7`), 20*time.Millisecond)
-	if err == nil || !strings.Contains(err.Error(), "set=7") {
-		t.Errorf("no matching line: got %v", err)
+	if len(p.waiters) != 1 {
+		t.Errorf("%d waits kept, want the one not served", len(p.waiters))
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -228,6 +229,25 @@ type proxy struct {
 	// sync was seen in its log (atFirstSyncErr if it could not be read).
 	atFirstSync    ProcUsage
 	atFirstSyncErr error
+	// waiters are the lines waited for (nextLine), until seen.
+	waiters []lineWaiter
+}
+
+// lineWaiter is a wait for a log line that re matches: seen is closed
+// when one is.
+type lineWaiter struct {
+	re   *regexp.Regexp
+	seen chan struct{}
+}
+
+// nextLine returns a channel closed at the proxy's next log line that re
+// matches, from now on.
+func (p *proxy) nextLine(re *regexp.Regexp) <-chan struct{} {
+	w := lineWaiter{re: re, seen: make(chan struct{})}
+	p.mu.Lock()
+	p.waiters = append(p.waiters, w)
+	p.mu.Unlock()
+	return w.seen
 }
 
 // start runs the proxy in its namespace, with env added to the bench's
@@ -281,13 +301,21 @@ func (p *proxy) start(argv, env []string) error {
 	return nil
 }
 
-// onLine watches the proxy's log for its first complete sync, and reads
+// onLine serves the waits for a line (nextLine), and watches the
+// proxy's log for its first complete sync, and reads
 // its CPU time and RSS at once: the cold start's cost is the proxy's
 // own, however long the other proxies take. (The log line follows the
 // end of the sync by the time the pipe takes to carry it.)
 func (p *proxy) onLine(line string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.waiters = slices.DeleteFunc(p.waiters, func(w lineWaiter) bool {
+		if !w.re.MatchString(line) {
+			return false
+		}
+		close(w.seen)
+		return true
+	})
 	if !p.firstSync.IsZero() {
 		return
 	}
