@@ -1,4 +1,10 @@
 package backend
 
-// Merge exposes merge to the external tests.
-var Merge = merge
+// Merge folds the changes b that happened after a into one Changes, as
+// Run queues them, for the external tests.
+func Merge(a, b Changes) Changes {
+	var q queue
+	q.add(a)
+	q.add(b)
+	return q.changes()
+}

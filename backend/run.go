@@ -100,7 +100,8 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 		log = slog.Default()
 	}
 
-	pending := Changes{Reset: true}
+	var pending queue
+	pending.add(Changes{Reset: true})
 	var state *State
 	var lastEnd time.Time    // of the last sync
 	var lastResync time.Time // start of the last successful Reset or Resync
@@ -146,14 +147,15 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 			<-watching
 			select {
 			case <-kicked:
-				pending.Resync, repair = true, true
+				pending.flags.Resync, repair = true, true
 				log.Log(ctx, levelV(2), "Resync requested by the backend")
 			default:
 			}
 		}
 		switch {
 		case err == nil:
-			state, pending = st, merge(pending, ch)
+			state = st
+			pending.add(ch)
 			if opts.OnQueued != nil {
 				opts.OnQueued(st, ch)
 			}
@@ -178,7 +180,7 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 	for {
 		// Wait until there is something to do: a change, or the time of a
 		// retry or of a periodic resync.
-		if state == nil || pending.Empty() {
+		if state == nil || pending.empty() {
 			deadline := resyncDue()
 			if failures > 0 {
 				deadline = retryAt
@@ -194,7 +196,7 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 				continue
 			}
 			if timedOut && failures == 0 {
-				pending.Resync = true
+				pending.flags.Resync = true
 			}
 		}
 
@@ -241,16 +243,17 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 
 		start := time.Now()
 		if due := resyncDue(); failures == 0 && !due.IsZero() && !start.Before(due) {
-			pending.Resync = true // changes never postpone a resync
+			pending.flags.Resync = true // changes never postpone a resync
 		}
-		res := SyncResult{State: state, Revision: state.Revision, Changes: pending, Start: start}
-		res.Err = b.Sync(ctx, state, pending)
+		changes := pending.changes()
+		res := SyncResult{State: state, Revision: state.Revision, Changes: changes, Start: start}
+		res.Err = b.Sync(ctx, state, changes)
 		lastEnd = time.Now()
 		if repair {
 			repairs, repair = [2]time.Time{repairs[1], lastEnd}, false
 		}
 		res.Duration = lastEnd.Sub(start)
-		res.Full = pending.Reset || pending.Resync
+		res.Full = changes.Reset || changes.Resync
 		if opts.LastSyncFull != nil {
 			res.Full = opts.LastSyncFull()
 		}
@@ -266,8 +269,8 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 			// its time retrying.
 			wait := max(min(retry<<min(failures, 16), maxRetry), res.Duration)
 			failures++
-			log.Error("Sync failed, will retry", "err", res.Err, "revision", state.Revision, "changes", pending.String(), "took", res.Duration, "retryIn", wait)
-			pending = Changes{Reset: true}
+			log.Error("Sync failed, will retry", "err", res.Err, "revision", state.Revision, "changes", changes.String(), "took", res.Duration, "retryIn", wait)
+			pending.reset(Changes{Reset: true})
 			retryAt = lastEnd.Add(wait)
 			continue
 		}
@@ -277,37 +280,53 @@ func Run(ctx context.Context, feed Feed, b Backend, opts Options) error {
 		case failures > 0:
 			log.Info("Dataplane synced again", "revision", state.Revision, "failures", failures, "took", res.Duration)
 		default:
-			log.Log(ctx, levelV(2), "Dataplane synced", "revision", state.Revision, "changes", pending.String(), "took", res.Duration)
+			log.Log(ctx, levelV(2), "Dataplane synced", "revision", state.Revision, "changes", changes.String(), "took", res.Duration)
 		}
-		if pending.Reset || pending.Resync {
+		if changes.Reset || changes.Resync {
 			lastResync = start
 		}
 		synced = true
 		failures = 0
-		pending = Changes{}
+		pending.reset(Changes{})
 	}
 }
 
-// merge folds the changes b that happened after a into one Changes.
-func merge(a, b Changes) Changes {
-	out := Changes{Reset: a.Reset || b.Reset, Resync: a.Resync || b.Resync, NodeChanged: a.NodeChanged || b.NodeChanged}
-	if out.Reset {
-		return out // a reset re-reads the whole state anyway
+// queue holds what was delivered since the last sync: the flags, and each
+// Service's last word (set or deleted). Folding a change in costs what the
+// change holds, not what is already pending: a minimum sync period of a
+// second under a burst of thousands of changes stays linear.
+type queue struct {
+	flags Changes             // Reset, Resync, NodeChanged only
+	keys  map[ServiceKey]bool // true: set, false: deleted
+}
+
+// add folds c, which happened after what q holds, in.
+func (q *queue) add(c Changes) {
+	q.flags.Reset = q.flags.Reset || c.Reset
+	q.flags.Resync = q.flags.Resync || c.Resync
+	q.flags.NodeChanged = q.flags.NodeChanged || c.NodeChanged
+	if q.flags.Reset {
+		clear(q.keys) // a reset re-reads the whole state anyway
+		return
 	}
-	set := make(map[ServiceKey]bool, len(a.Set)+len(b.Set))
-	for _, k := range a.Set {
-		set[k] = true
+	if q.keys == nil {
+		q.keys = make(map[ServiceKey]bool, len(c.Set)+len(c.Deleted))
 	}
-	for _, k := range a.Deleted {
-		set[k] = false
+	for _, k := range c.Set {
+		q.keys[k] = true
 	}
-	for _, k := range b.Set {
-		set[k] = true
+	for _, k := range c.Deleted {
+		q.keys[k] = false
 	}
-	for _, k := range b.Deleted {
-		set[k] = false
-	}
-	for k, isSet := range set {
+}
+
+// empty reports whether nothing changed and nothing is asked.
+func (q *queue) empty() bool { return q.flags.Empty() && len(q.keys) == 0 }
+
+// changes returns what q holds as one Changes, its lists sorted.
+func (q *queue) changes() Changes {
+	out := q.flags
+	for k, isSet := range q.keys {
 		if isSet {
 			out.Set = append(out.Set, k)
 		} else {
@@ -317,6 +336,13 @@ func merge(a, b Changes) Changes {
 	slices.SortFunc(out.Set, ServiceKey.Compare)
 	slices.SortFunc(out.Deleted, ServiceKey.Compare)
 	return out
+}
+
+// reset empties q, then asks for what c asks.
+func (q *queue) reset(c Changes) {
+	q.flags = Changes{}
+	clear(q.keys)
+	q.add(c)
 }
 
 func cmpOr(d, def time.Duration) time.Duration {
