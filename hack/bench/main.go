@@ -111,6 +111,7 @@ func main() {
 			"single endpoint changes (--one-changes), results in <out>/ebpf, and only BENCHMARKS.md's kpng-ebpf section written (with --report-only too)")
 		oneChanges = flag.Int("one-changes", 60, "single endpoint changes made for each kpng proxy, one at a time, the others stopped (issue 20's and 21's one-change sync work); 0: none")
 		oneRate    = flag.Float64("one-change-rate", 5, "single endpoint changes per second (--one-changes)")
+		cpuProf    = flag.Bool("cpu-profiles", false, "take each proxy's CPU profile over its churn, into <out>/run-N/<proxy>.churn.cpu.pprof")
 		foAgents   = flag.Int("fanout-agents", fanoutTargetAgents, "node agents of the fan-out (hack/bench-fanout, after the sizes; not with --ebpf-only), each on its own gRPC connection; 0: no fan-out")
 		foServices = flag.Int("fanout-services", 0, "Services of the fan-out (default: the largest size run, at most 10,000)")
 		foChanges  = flag.Int("fanout-changes", 100, "EndpointSlice changes the fan-out measures, one at a time")
@@ -183,7 +184,7 @@ func main() {
 	}
 	cfg := &config{churnRate: *churnRate, churnFor: *churnFor, burst: *burst, newServices: *newSvcs,
 		serviceRate: *svcRate, startTimeout: *startTO, drainTimeout: *drainTO, probeFor: *probeFor,
-		ebpfOnly: *ebpfOnly, oneChanges: *oneChanges, oneChangeRate: *oneRate,
+		ebpfOnly: *ebpfOnly, oneChanges: *oneChanges, oneChangeRate: *oneRate, cpuProfiles: *cpuProf,
 		iptablesVariant: *variant, together: *together, fanoutServices: *foServices, fanoutChanges: *foChanges,
 		outDir: *outDir, runID: os.Getenv(envChild), command: "hack/bench.sh " + strings.Join(os.Args[1:], " ")}
 	if *groups != "" {

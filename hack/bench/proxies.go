@@ -492,17 +492,33 @@ func (p *proxy) scrape(ctx context.Context) (Metrics, error) {
 // at the end of the run, for `go tool pprof`. The profile is the
 // runtime's record as of its last collection; none is forced.
 func (p *proxy) heapProfile(ctx context.Context, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metrics+"/debug/pprof/heap", nil)
+	return p.profile(ctx, scrapeClient, "heap profile", "/debug/pprof/heap", path)
+}
+
+// cpuProfile writes the proxy's CPU profile over the next d (whole
+// seconds, /debug/pprof/profile) to path: where its CPU went during a
+// phase, for `go tool pprof`.
+func (p *proxy) cpuProfile(ctx context.Context, d time.Duration, path string) error {
+	secs := max(1, int(d.Round(time.Second).Seconds()))
+	// No client timeout: the answer comes after d; ctx bounds the wait.
+	return p.profile(ctx, http.DefaultClient, "CPU profile", fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), path)
+}
+
+// profile writes the answer of the proxy's metrics server at urlPath
+// (one of the /debug/pprof pages) to path.
+func (p *proxy) profile(ctx context.Context, c *http.Client, what, urlPath, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metrics+urlPath, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := scrapeClient.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s: heap profile: %w", p.kind.Name, err)
+		return fmt.Errorf("%s: %s: %w", p.kind.Name, what, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: heap profile: %s", p.kind.Name, resp.Status)
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("%s: %s: %s: %s", p.kind.Name, what, resp.Status, bytes.TrimSpace(body))
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -510,7 +526,7 @@ func (p *proxy) heapProfile(ctx context.Context, path string) error {
 	}
 	if _, err := io.Copy(f, resp.Body); err != nil {
 		f.Close()
-		return fmt.Errorf("%s: heap profile: %w", p.kind.Name, err)
+		return fmt.Errorf("%s: %s: %w", p.kind.Name, what, err)
 	}
 	return f.Close()
 }

@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -141,5 +145,56 @@ func TestLogDurationOfMinutes(t *testing.T) {
 		if got, ok := tc.read(tc.line); !ok || got != tc.want {
 			t.Errorf("%s: read %v (%v), want %v", tc.line, got, ok, tc.want)
 		}
+	}
+}
+
+// profileCPU asks each proxy's metrics server for a CPU profile over the
+// churn, in whole seconds, and writes it beside the size's results; a
+// refusal is logged with what the server said, and writes nothing.
+func TestProfileCPU(t *testing.T) {
+	var asked []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked = append(asked, r.URL.String())
+		if r.URL.Path != "/debug/pprof/profile" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintf(w, "profile of %s s", r.URL.Query().Get("seconds"))
+	}))
+	defer srv.Close()
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "Could not enable CPU profiling: cpu profiling already in use", http.StatusInternalServerError)
+	}))
+	defer refusing.Close()
+
+	out := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(out, "run-100"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &config{cpuProfiles: true, churnFor: 1400 * time.Millisecond, outDir: out}
+	ok := &proxy{kind: proxyKind{Name: "a"}, metrics: strings.TrimPrefix(srv.URL, "http://")}
+	bad := &proxy{kind: proxyKind{Name: "b"}, metrics: strings.TrimPrefix(refusing.URL, "http://")}
+	profileCPU(context.Background(), cfg, 100, []*proxy{ok, bad}, phaseChurn)()
+
+	if want := []string{"/debug/pprof/profile?seconds=1"}; !slices.Equal(asked, want) {
+		t.Errorf("asked %v, want %v", asked, want)
+	}
+	got, err := os.ReadFile(filepath.Join(out, "run-100", "a.churn.cpu.pprof"))
+	if err != nil || string(got) != "profile of 1 s" {
+		t.Errorf("a's profile: %q, %v", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "run-100", "b.churn.cpu.pprof")); !os.IsNotExist(err) {
+		t.Errorf("b's refused profile was written (stat: %v)", err)
+	}
+	if err := bad.cpuProfile(context.Background(), time.Second, filepath.Join(out, "x")); err == nil ||
+		!strings.Contains(err.Error(), "already in use") {
+		t.Errorf("refused profile: error %v, want the server's reason", err)
+	}
+
+	cfg.cpuProfiles = false
+	asked = nil
+	profileCPU(context.Background(), cfg, 100, []*proxy{ok}, phaseChurn)()
+	if len(asked) != 0 {
+		t.Errorf("without --cpu-profiles: asked %v", asked)
 	}
 }

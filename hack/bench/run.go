@@ -53,8 +53,10 @@ type config struct {
 	ebpfOnly      bool
 	oneChanges    int
 	oneChangeRate float64
-	outDir        string
-	runID         string
+	// cpuProfiles takes each proxy's CPU profile over its churn.
+	cpuProfiles bool
+	outDir      string
+	runID       string
 	// run tells this run's results from other runs' (SizeResult.Run).
 	run         string
 	bins        binaries
@@ -757,7 +759,9 @@ func runPhaseOf(ctx context.Context, cfg *config, cl *cluster, phase string, liv
 	switch phase {
 	case phaseChurn:
 		status.set(n, fmt.Sprintf("churn: %.0f updates/s for %v", cfg.churnRate, cfg.churnFor))
+		profiled := profileCPU(ctx, cfg, n, live, phase)
 		changes, err = cl.churn(ctx, cfg.churnRate, cfg.churnFor)
+		profiled()
 	case phaseBurst:
 		status.set(n, fmt.Sprintf("burst: %d updates at once", cfg.burst))
 		changes, err = cfg.burst, cl.burst(ctx, cfg.burst)
@@ -831,6 +835,27 @@ func runPhaseOf(ctx context.Context, cfg *config, cl *cluster, phase string, liv
 			pr.CPUSeconds, pr.CaughtUp, pr.CaughtUpSeconds)
 	}
 	return next, nil
+}
+
+// profileCPU starts, with cfg.cpuProfiles, a CPU profile of each proxy of
+// live over the next cfg.churnFor, written beside the size's results as
+// <proxy>.<phase>.cpu.pprof; the function it returns waits for them.
+func profileCPU(ctx context.Context, cfg *config, n int, live []*proxy, phase string) (wait func()) {
+	if !cfg.cpuProfiles {
+		return func() {}
+	}
+	var wg sync.WaitGroup
+	for _, p := range live {
+		path := filepath.Join(cfg.outDir, fmt.Sprintf("run-%d", n), p.kind.Name+"."+phase+".cpu.pprof")
+		wg.Go(func() {
+			if err := p.cpuProfile(ctx, cfg.churnFor, path); err != nil {
+				logf("size %d: %v", n, err)
+				return
+			}
+			logf("size %d: %s: CPU profile of the %s in %s", n, p.kind.Name, phase, path)
+		})
+	}
+	return wg.Wait
 }
 
 func mustHistogram(m Metrics, name string, want map[string]string) Histogram {
