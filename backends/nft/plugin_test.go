@@ -46,7 +46,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	d := DefaultConfig()
 	if d.Table != "kpng" || strings.Join(d.NodePortAddresses, ",") != "primary" || d.DetectLocalMode != host.LocalModeClusterCIDR ||
-		d.MinSyncPeriod.String() != "10ms" || d.SyncPeriod.String() != "30s" || d.FullSyncPeriod.String() != "1h0m0s" || d.HealthzBindAddress != "0.0.0.0:10256" || d.MetricsBindAddress != "127.0.0.1:10249" {
+		d.MinSyncPeriod.String() != "100ms" || d.SyncPeriod.String() != "30s" || d.FullSyncPeriod.String() != "1h0m0s" || d.HealthzBindAddress != "0.0.0.0:10256" || d.MetricsBindAddress != "127.0.0.1:10249" {
 		t.Errorf("defaults differ from kube-proxy's: %+v", d)
 	}
 	if !d.Netlink {
@@ -87,7 +87,7 @@ func TestDryRun(t *testing.T) {
 			t.Errorf("dry-run output lacks %q:\n%s", want, out.String())
 		}
 	}
-	if opts.MinSyncPeriod.String() != "10ms" || opts.ResyncPeriod.String() != "30s" || opts.OnSync == nil || opts.OnQueued == nil || opts.LastSyncFull == nil {
+	if opts.MinSyncPeriod.String() != "100ms" || opts.ResyncPeriod.String() != "30s" || opts.OnSync == nil || opts.OnQueued == nil || opts.LastSyncFull == nil {
 		t.Errorf("Open's options: %+v", opts)
 	}
 }

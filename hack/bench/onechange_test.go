@@ -76,7 +76,7 @@ func TestSinglePacing(t *testing.T) {
 }
 
 func TestKpngKindMinSync(t *testing.T) {
-	for name, want := range map[string]time.Duration{"kpng-nft": 10 * time.Millisecond, "kpng-nft-1s": time.Second,
+	for name, want := range map[string]time.Duration{"kpng-nft": 100 * time.Millisecond, "kpng-nft-1s": time.Second,
 		"kpng-iptables": time.Second, "kpng-ebpf": 10 * time.Millisecond} {
 		var got time.Duration = -1
 		for _, k := range proxyKinds {

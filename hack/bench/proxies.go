@@ -45,9 +45,8 @@ type proxyKind struct {
 	// ebpf: the proxy needs a cgroup v2 and a BPF filesystem of its node
 	// (ebpfNode), and its probe client runs in that cgroup.
 	ebpf bool
-	// minSync is a kpng proxy's minimum sync period: kpng's default for
-	// its backend (10 ms; 1 s for iptables, whose every sync restores a
-	// whole table, as kube-proxy's), or the one its command line gives.
+	// minSync is a kpng proxy's minimum sync period: its backend's
+	// default (backendMinSync), or the one its command line gives.
 	// Single changes are spaced wider than it (oneChanges).
 	minSync time.Duration
 }
@@ -73,7 +72,7 @@ const nodeName = "bench-node"
 
 // The proxies, run side by side. kpng-nft-1s is kpng's nft backend with
 // kube-proxy's minimum sync period (1 s) instead of its own default
-// (10 ms): what kpng's shorter default changes shows beside what it does
+// (100 ms): what kpng's shorter default changes shows beside what it does
 // not.
 var proxyKinds = []proxyKind{
 	kpngKind("kpng-nft", "kube-proxy-nftables", "to-nft", "--table=kpngbench"),
@@ -96,6 +95,20 @@ func inGroup(g string, k proxyKind) proxyKind {
 	return k
 }
 
+// backendMinSync is the default minimum sync period of the backend of
+// command backend, as its package's DefaultConfig gives it (this module
+// does not import the backends): 1 s for iptables, whose every sync
+// restores a whole table, as kube-proxy's.
+func backendMinSync(backend string) time.Duration {
+	switch backend {
+	case "to-iptables":
+		return time.Second
+	case "to-ebpf":
+		return 10 * time.Millisecond
+	}
+	return 100 * time.Millisecond
+}
+
 func kpngKind(name, reference, backend string, extra ...string) proxyKind {
 	iptables, ebpf := backend == "to-iptables", backend == "to-ebpf"
 	group := "nftables"
@@ -105,10 +118,7 @@ func kpngKind(name, reference, backend string, extra ...string) proxyKind {
 	case ebpf:
 		group = "ebpf"
 	}
-	minSync := 10 * time.Millisecond
-	if iptables {
-		minSync = time.Second
-	}
+	minSync := backendMinSync(backend)
 	for _, a := range extra {
 		if v, ok := strings.CutPrefix(a, "--min-sync-period="); ok {
 			if d, err := time.ParseDuration(v); err == nil {
