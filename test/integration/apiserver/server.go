@@ -369,6 +369,14 @@ func (s *Server) StopAPIServer() {
 	p.stop(0)
 }
 
+// APIServerRunning reports whether kube-apiserver runs (it does from Start
+// until StopAPIServer, and again from RestartAPIServer).
+func (s *Server) APIServerRunning() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.apiServer != nil
+}
+
 // RestartAPIServer starts kube-apiserver again after StopAPIServer, on the
 // same address with the same etcd, and waits until it is ready.
 func (s *Server) RestartAPIServer() {
