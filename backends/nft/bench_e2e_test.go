@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
@@ -174,14 +175,21 @@ func benchmarkKernelWith(b *testing.B, services int, netlink bool, evict func())
 	}
 }
 
-// threadCPU is the calling thread's CPU time, user and system.
+// threadCPU is the calling thread's CPU time, user and system, to the
+// nanosecond (the scheduler's account, CLOCK_THREAD_CPUTIME_ID).
 func threadCPU() time.Duration {
-	var r unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_THREAD, &r); err != nil {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
 		return 0
 	}
-	return time.Duration(r.Utime.Nano() + r.Stime.Nano())
+	return time.Duration(ts.Nano())
 }
+
+// lastingConn is a netlink connection to nftables kept for the caller's
+// run (close it with CloseLasting): the library's default opens a socket
+// per Flush, which took 13 ms of wall time per transaction
+// (BenchmarkKernelSharedMap's first runs).
+func lastingConn() (*nftables.Conn, error) { return nftables.New(nftables.AsLasting()) }
 
 // BenchmarkKernelShape measures what the kernel's cost of a one-element
 // change (one delete and one add in one set, one transaction, as a
@@ -193,8 +201,7 @@ func threadCPU() time.Duration {
 // searches the sets of its own table by name. "cold" evicts the CPU's
 // caches (evictCaches) before each change, as a node quiet for a
 // second between changes has them; the eviction is not timed. Wall time
-// only: the thread's CPU time is counted by the tick, and would charge
-// the eviction's to the change.
+// only: the thread's CPU time would charge the eviction's to the change.
 //
 //	go test -tags e2e -run XXX -bench 'KernelShape' -benchtime 2000x ./backends/nft/
 func BenchmarkKernelShape(b *testing.B) {

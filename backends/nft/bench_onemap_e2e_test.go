@@ -38,11 +38,12 @@ func benchmarkOneMap(b *testing.B, services int) {
 			failure = err.Error()
 			return
 		}
-		c, err := nftables.New()
+		c, err := lastingConn()
 		if err != nil {
 			failure = err.Error()
 			return
 		}
+		defer c.CloseLasting()
 		s, err := c.GetSetByName(&nftables.Table{Name: "t", Family: nftables.TableFamilyIPv4}, "m")
 		if err != nil {
 			failure = fmt.Sprintf("map m: %v", err)
