@@ -268,55 +268,16 @@ func createService(ctx context.Context, t *testing.T, c kubernetes.Interface, sv
 	t.Helper()
 	cp := svc.DeepCopy()
 	cp.ResourceVersion = ""
-	if err := createRetrying(ctx, func() error {
-		_, err := c.CoreV1().Services(cp.Namespace).Create(ctx, cp, metav1.CreateOptions{})
-		return err
-	}); err != nil {
+	if _, err := c.CoreV1().Services(cp.Namespace).Create(ctx, cp, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("service %s: %v", svc.Name, err)
 	}
 	for _, sl := range state.Slices {
 		if sl.Labels[discoveryv1.LabelServiceName] == svc.Name {
-			if err := createRetrying(ctx, func() error {
-				_, err := c.DiscoveryV1().EndpointSlices(sl.Namespace).Create(ctx, sl.DeepCopy(), metav1.CreateOptions{})
-				return err
-			}); err != nil {
+			if _, err := c.DiscoveryV1().EndpointSlices(sl.Namespace).Create(ctx, sl.DeepCopy(), metav1.CreateOptions{}); err != nil {
 				t.Fatalf("endpointslice %s: %v", sl.Name, err)
 			}
 		}
 	}
-}
-
-// createRetrying calls create until it succeeds or ctx ends, again after
-// an error that says the API server or its etcd was too slow to answer
-// (on a loaded machine, etcd times a write out, and the Service's IP
-// allocation reports it as an invalid field). An object that already
-// exists on a later call is the earlier call's, which landed although its
-// answer was an error.
-func createRetrying(ctx context.Context, create func() error) error {
-	for attempt := 0; ; attempt++ {
-		err := create()
-		switch {
-		case err == nil:
-			return nil
-		case attempt > 0 && apierrors.IsAlreadyExists(err):
-			return nil
-		case !transientAPIError(err):
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w; the last error: %v", ctx.Err(), err)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// transientAPIError reports whether err says the API server or etcd was
-// too slow or busy, not that the request was wrong.
-func transientAPIError(err error) bool {
-	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
-		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) ||
-		strings.Contains(err.Error(), "etcdserver: request timed out")
 }
 
 // toggleChurn changes the churn Service's endpoints in both IP families,
